@@ -1,0 +1,1 @@
+"""fleet: bare-metal fleet launcher for LLM inference."""
