@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs everything fleet and its sandbox fleet need on a Debian machine, from a clean checkout:
+# OS packages (sshd, iproute2, nftables, docker.io, systemd-analyze), then fleet itself with its
+# test extras.  Idempotent; run as root.  Used by the README's first command and by .ci/run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export DEBIAN_FRONTEND=noninteractive
+apt_pkgs=(openssh-server openssh-client iproute2 nftables iptables busybox-static docker.io systemd curl)
+missing=()
+for p in "${apt_pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+mkdir -p /run/sshd
+
+python3 -m pip install -q --disable-pip-version-check -e '.[test]'
