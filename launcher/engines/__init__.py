@@ -1,0 +1,1 @@
+"""Engine argv builders and the engines' recorded option snapshots (argcheck)."""

@@ -1,0 +1,274 @@
+"""Snapshot an engine's real argument parser; also drive that parser for tests.
+
+Runs with the python of a parser venv made by tools/parser_venvs.sh (NAME = the venv's name,
+e.g. ``sglang-0.5.23``)::
+
+    <venv>/bin/python tools/snapshot_options.py probe NAME   # exit 0 when the parser builds
+    <venv>/bin/python tools/snapshot_options.py write NAME [--out DIR]
+    <venv>/bin/python tools/snapshot_options.py parse NAME   # stdin: JSON list of argvs
+
+``write`` creates ``<DIR>/<engine>-<version>.json`` (DIR defaults to launcher/engines/options).
+Actions keep the parser's registration order, because argparse reports ambiguous prefixes and
+fills positionals in that order; every mapping is written with sorted keys.
+``parse`` prints a JSON list with one ``[accepted, message]`` per argv (message = the parser's
+own error text, "" when accepted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.metadata
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parent.parent
+OPTIONS_DIR = REPO / "launcher" / "engines" / "options"
+FORMAT = 1
+
+# Strings fed to each custom `type=` callable; which ones it accepts tells its kind.
+PROBES = ("0", "7", "-3", "1.5", "1e3", "abc", "true", "false", "None", "{}", '{"a": 1}', "4k", "")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Target:
+    """What one parser venv holds and which snapshot it produces."""
+
+    engine: str
+    version: str
+    package: str
+    build: Callable[[], argparse.ArgumentParser] | None  # None: not an argparse program
+    note: str = ""
+
+
+def _sglang_parser() -> argparse.ArgumentParser:
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    return parser
+
+
+def _vllm_parser() -> argparse.ArgumentParser:
+    try:  # module paths moved between releases
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:
+        from vllm.utils import FlexibleArgumentParser  # type: ignore[no-redef]
+    try:
+        from vllm.entrypoints.common.cli_args import make_arg_parser
+    except ImportError:
+        from vllm.entrypoints.openai.cli_args import make_arg_parser  # type: ignore[no-redef]
+    parser: argparse.ArgumentParser = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+    return parser
+
+
+def _router_parser() -> argparse.ArgumentParser:
+    from sglang_router.launch_router import RouterArgs
+
+    parser = argparse.ArgumentParser(prog="sglang_router.launch_router")
+    RouterArgs.add_cli_args(parser, use_router_prefix=False)
+    return parser
+
+
+TARGETS: dict[str, Target] = {
+    "sglang-0.5.23": Target(engine="sglang", version="0.5.23", package="sglang", build=_sglang_parser),
+    "vllm-0.33.0": Target(engine="vllm", version="0.33.0", package="vllm", build=_vllm_parser),
+    "vllm-0.30.0": Target(engine="vllm", version="0.30.0", package="vllm", build=_vllm_parser),
+    "vllm-0.23.0": Target(
+        engine="vllm-ascend",
+        version="0.23.0",
+        package="vllm",
+        build=_vllm_parser,
+        note="upstream vLLM 0.23.0 parser standing in for vllm-ascend 0.23 (which needs CANN/torch_npu"
+        " and cannot be installed here); vllm-ascend registers no extra serve flags of its own",
+    ),
+    "sglang-router-0.3.2": Target(
+        engine="sglang-router", version="0.3.2", package="sglang-router", build=_router_parser
+    ),
+    "mooncake-0.3.13.post1": Target(
+        engine="mooncake",
+        version="0.3.13.post1",
+        package="mooncake-transfer-engine-non-cuda",
+        build=None,
+    ),
+}
+
+
+def _nargs(action: argparse.Action) -> int | str | None:
+    nargs = action.nargs
+    if nargs == argparse.SUPPRESS:
+        return "==SUPPRESS=="
+    return nargs if nargs is None or isinstance(nargs, (int, str)) else str(nargs)
+
+
+def _accepts(func: Callable[[str], Any], text: str) -> bool:
+    try:
+        func(text)
+    except Exception:  # any failure is a rejection, exactly as argparse treats it
+        return False
+    return True
+
+
+_REFERENCE_KINDS: tuple[tuple[str, Callable[[str], Any]], ...] = (
+    ("int", int),
+    ("float", float),
+    ("json", json.loads),
+)
+
+
+def _type_info(action: argparse.Action) -> dict[str, Any]:
+    """Kind of the action's `type=`: str/int/float/json/bool/other, by what it accepts."""
+    func = action.type
+    if func is None or func is str:
+        return {"kind": "str", "name": "str"}
+    name = getattr(func, "__name__", repr(func))
+    accepted = tuple(p for p in PROBES if _accepts(func, p))  # type: ignore[arg-type]
+    if accepted == PROBES:
+        return {"kind": "str", "name": name}
+    for kind, ref in _REFERENCE_KINDS:
+        if accepted == tuple(p for p in PROBES if _accepts(ref, p)):
+            return {"kind": kind, "name": name}
+    if set(accepted) <= {"true", "false", "0", "7", "None"} and "true" in accepted:
+        return {"kind": "bool", "name": name, "accepts": list(accepted)}
+    # Unknown conversion: keep what it accepted so a reader can see its shape.
+    return {"kind": "other", "name": name, "accepts": list(accepted)}
+
+
+def _choices(action: argparse.Action) -> list[Any] | None:
+    if action.choices is None:
+        return None
+    out: list[Any] = []
+    for choice in action.choices:
+        out.append(choice if isinstance(choice, (str, int, float)) else str(choice))
+    return out
+
+
+def _action_record(action: argparse.Action) -> dict[str, Any]:
+    help_text = action.help if isinstance(action.help, str) else ""
+    return {
+        "option_strings": list(action.option_strings),
+        "dest": action.dest,
+        "action": type(action).__name__,
+        "nargs": _nargs(action),
+        "takes_value": action.nargs != 0,
+        "choices": _choices(action),
+        "type": _type_info(action),
+        "required": bool(action.required),
+        "help_suppressed": action.help == argparse.SUPPRESS,
+        "deprecated": bool(getattr(action, "deprecated", False))
+        or "deprecated" in help_text.lower(),
+    }
+
+
+def _parser_record(parser: argparse.ArgumentParser) -> dict[str, Any]:
+    groups = [
+        [a.dest for a in group._group_actions]
+        for group in parser._mutually_exclusive_groups
+    ]
+    return {
+        "prog": parser.prog,
+        "class": type(parser).__name__,
+        "prefix_chars": parser.prefix_chars,
+        "allow_abbrev": parser.allow_abbrev,
+        "fromfile_prefix_chars": parser.fromfile_prefix_chars,
+        "has_negative_number_optionals": bool(parser._has_negative_number_optionals),
+        "mutually_exclusive": groups,
+        "actions": [_action_record(a) for a in parser._actions],
+    }
+
+
+def _mooncake_record() -> dict[str, Any]:
+    """gflags `--helpfull` of the installed mooncake_master, as flag records."""
+    binary = Path(sys.executable).parent / "mooncake_master"
+    out = subprocess.run(
+        [str(binary), "--helpfull"], capture_output=True, text=True, timeout=60, check=False
+    )
+    flags = []
+    pattern = re.compile(r"^\s+-(\w+) \((.*?)\) type: (\w+) default: (.*)$")
+    for line in (out.stdout + out.stderr).splitlines():
+        m = pattern.match(line)
+        if m:
+            flags.append({"name": m.group(1), "type": m.group(3)})
+    return {"flags": sorted(flags, key=lambda f: f["name"])}
+
+
+def snapshot(name: str) -> dict[str, Any]:
+    target = TARGETS[name]
+    installed = importlib.metadata.version(target.package)
+    if installed != target.version and not installed.startswith(target.version + "+"):
+        raise SystemExit(f"{name}: venv has {target.package} {installed}, expected {target.version}")
+    record: dict[str, Any] = {
+        "format": FORMAT,
+        "engine": target.engine,
+        "version": target.version,
+        "package": target.package,
+        "package_version": installed,
+        "generated_by": f"<venv {name}>/bin/python tools/snapshot_options.py write {name}",
+        "note": target.note,
+    }
+    if target.build is None:
+        record.update(source="gflags-help", syntax="gflags", **_mooncake_record())
+    else:
+        record.update(source="argparse", syntax="argparse", parser=_parser_record(target.build()))
+    return record
+
+
+def render(record: dict[str, Any]) -> str:
+    return json.dumps(record, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def parse_many(name: str, argvs: list[list[str]]) -> list[tuple[bool, str]]:
+    """Run each argv through the real parser; argparse errors become (False, message)."""
+    build = TARGETS[name].build
+    if build is None:
+        raise SystemExit(f"{name}: not an argparse program")
+    parser = build()
+    results: list[tuple[bool, str]] = []
+    for argv in argvs:
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                parser.parse_args(argv)
+        except SystemExit:
+            lines = err.getvalue().strip().splitlines()
+            msg = lines[-1].split(": error: ", 1)[-1] if lines else ""
+            results.append((False, msg))
+        except Exception as exc:  # custom actions/types may raise anything; the launch would fail
+            results.append((False, f"{type(exc).__name__}: {exc}"))
+        else:
+            results.append((True, ""))
+    return results
+
+
+def main(argv: list[str]) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    cli.add_argument("command", choices=("probe", "write", "parse"))
+    cli.add_argument("name", choices=sorted(TARGETS))
+    cli.add_argument("--out", type=Path, default=OPTIONS_DIR)
+    args = cli.parse_args(argv)
+    if args.command == "probe":
+        snapshot(args.name)
+    elif args.command == "write":
+        record = snapshot(args.name)
+        args.out.mkdir(parents=True, exist_ok=True)
+        path = args.out / f"{record['engine']}-{record['version']}.json"
+        path.write_text(render(record), encoding="utf-8")
+        print(path)
+    else:
+        argvs = json.load(sys.stdin)
+        json.dump(parse_many(args.name, argvs), sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
