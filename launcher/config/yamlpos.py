@@ -1,0 +1,201 @@
+"""YAML with positions: every mapping, sequence and scalar keeps the :class:`Source` it came from.
+
+Contract: :func:`load_yaml` parses one YAML document with PyYAML's safe rules and returns a tree
+of :class:`Scalar`, :class:`Seq` and :class:`Map` nodes.  Duplicate keys, syntax errors, empty
+files and multi-document files are :class:`InputError` s with a 1-based ``path:line:col``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Union
+
+import yaml
+
+from launcher.errors import InputError
+from launcher.model import Source
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scalar:
+    """A leaf.  ``loose`` marks text with no type of its own (an INI value that stayed a string):
+    decoders may read it as the number or boolean a field expects."""
+
+    value: object  # str, int, float, bool or None
+    source: Source
+    loose: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Seq:
+    items: tuple[Node, ...]
+    source: Source
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Map:
+    """A mapping; keys are scalars (with their own positions), order as written."""
+
+    items: tuple[tuple[Scalar, Node], ...]
+    source: Source
+
+    def get(self, key: str) -> Node | None:
+        for k, v in self.items:
+            if k.value == key:
+                return v
+        return None
+
+    def key_node(self, key: str) -> Scalar | None:
+        for k, _ in self.items:
+            if k.value == key:
+                return k
+        return None
+
+    def keys(self) -> Iterator[object]:
+        return (k.value for k, _ in self.items)
+
+
+Node = Union[Scalar, Seq, Map]
+
+
+def describe(node: Node) -> str:
+    """How an error message shows what was found: ``'eight'``, ``8``, ``true``, ``null``, ``a list``."""
+    if isinstance(node, Seq):
+        return "a list"
+    if isinstance(node, Map):
+        return "a mapping"
+    return show(node.value)
+
+
+def show(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return repr(value)
+    return str(value)
+
+
+def find(node: Node, path: str) -> Node | None:
+    """The node at a ``/``-separated key path (sequence items by index), or None."""
+    cur: Node | None = node
+    for part in (p for p in path.split("/") if p):
+        if isinstance(cur, Map):
+            cur = cur.get(part)
+        elif isinstance(cur, Seq) and part.isdigit() and int(part) < len(cur.items):
+            cur = cur.items[int(part)]
+        else:
+            return None
+    return cur
+
+
+def plain(node: Node) -> object:
+    """The node as plain Python data (dicts, lists, scalars), positions dropped."""
+    if isinstance(node, Scalar):
+        return node.value
+    if isinstance(node, Seq):
+        return [plain(i) for i in node.items]
+    return {k.value: plain(v) for k, v in node.items}
+
+
+def from_plain(value: object, source: Source, *, loose: bool = False) -> Node:
+    """Wrap plain data (e.g. an INI value) as nodes that all point at ``source``."""
+    if isinstance(value, (list, tuple)):
+        return Seq(items=tuple(from_plain(v, source) for v in value), source=source)
+    if isinstance(value, dict):
+        return Map(
+            items=tuple((Scalar(value=k, source=source), from_plain(v, source)) for k, v in value.items()),
+            source=source,
+        )
+    return Scalar(value=value, source=source, loose=loose)
+
+
+def _src(path: str, mark: yaml.Mark | None) -> Source:
+    if mark is None:
+        return Source(path=path, line=1, col=1)
+    return Source(path=path, line=mark.line + 1, col=mark.column + 1)
+
+
+class _Builder:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.loader = yaml.SafeLoader("")
+
+    def build(self, node: yaml.Node) -> Node:
+        src = _src(self.path, node.start_mark)
+        if isinstance(node, yaml.ScalarNode):
+            return Scalar(value=self.loader.construct_object(node, deep=True), source=src)
+        if isinstance(node, yaml.SequenceNode):
+            return Seq(items=tuple(self.build(n) for n in node.value), source=src)
+        assert isinstance(node, yaml.MappingNode)
+        # `<<` merge keys: PyYAML's own flattening, done on the composed node.
+        self.loader.flatten_mapping(node)
+        items: list[tuple[Scalar, Node]] = []
+        first: dict[object, Source] = {}
+        for knode, vnode in node.value:
+            key = self.build(knode)
+            if not isinstance(key, Scalar):
+                raise InputError(key.source, "mapping keys must be plain values, not a list or mapping")
+            try:
+                seen = first.get(key.value)
+            except TypeError:
+                raise InputError(key.source, f"unusable mapping key {show(key.value)}") from None
+            if seen is not None:
+                raise InputError(
+                    key.source, f"duplicate key {show(key.value)} (first at line {seen.line})"
+                )
+            first[key.value] = key.source
+            items.append((key, self.build(vnode)))
+        return Map(items=tuple(items), source=src)
+
+
+def parse_yaml(text: str, path: str) -> Node | None:
+    """Parse ``text`` (named ``path`` in errors); None for an empty document."""
+    try:
+        docs = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        what = err.problem or err.context or "unparsable"
+        raise InputError(_src(path, mark), f"invalid YAML: {what}") from None
+    except yaml.YAMLError as err:
+        raise InputError(Source(path=path, line=1, col=1), f"invalid YAML: {err}") from None
+    if len(docs) > 1:
+        raise InputError(_src(path, docs[1].start_mark), "expected one YAML document, found several")
+    if not docs or docs[0] is None:
+        return None
+    try:
+        return _Builder(path).build(docs[0])
+    except yaml.MarkedYAMLError as err:  # e.g. a bad !!timestamp met while constructing
+        raise InputError(_src(path, err.problem_mark), f"invalid YAML: {err.problem}") from None
+
+
+def read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(None, f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(None, f"{path}: is a directory, expected a file") from None
+    except UnicodeDecodeError as err:
+        raise InputError(None, f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    except OSError as err:
+        raise InputError(None, f"{path}: cannot read: {err.strerror}") from None
+
+
+def load_yaml(path: Path | str) -> Node:
+    """Parse a YAML file; an empty file is an error."""
+    p = Path(path)
+    node = parse_yaml(read_text(p), str(path))
+    if node is None:
+        raise InputError(Source(path=str(path), line=1, col=1), "file is empty")
+    return node
+
+
+def load_mapping(path: Path | str) -> Map:
+    """Parse a YAML file whose top level must be a mapping."""
+    node = load_yaml(path)
+    if not isinstance(node, Map):
+        raise InputError(node.source, f"the top level should be a mapping, got {describe(node)}")
+    return node

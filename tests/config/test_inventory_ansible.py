@@ -1,0 +1,43 @@
+"""Fleet's inventory resolution equals real Ansible's, on every fixture and example inventory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from launcher.config.inventory import load_inventory
+from tests.config.ansible_ref import inventory_view
+from tests.config.conftest import FIXTURES, REPO
+
+INVENTORIES = sorted(
+    [p for p in (FIXTURES / "inventories").glob("*/hosts.*")]
+    + [p for p in (REPO / "inventories").glob("*") if p.suffix in (".yaml", ".yml", ".ini")]
+)
+
+
+def _ids(p: Path) -> str:
+    return str(p.relative_to(REPO))
+
+
+@pytest.mark.parametrize("path", INVENTORIES, ids=_ids)
+def test_same_hosts_groups_and_vars_as_ansible(path: Path) -> None:
+    ref = inventory_view(path)
+    inv = load_inventory(path)
+    assert tuple(h.name for h in inv.hosts) == ref.order
+    for name, hosts in ref.groups.items():
+        assert set(inv.groups[name].hosts) == hosts, name
+    for group in inv.groups.values():
+        if group.hosts and group.name != "all":
+            assert frozenset(group.hosts) == ref.groups[group.name], group.name
+    for host in inv.hosts:
+        mine = json.loads(json.dumps(dict(host.vars)))
+        assert mine == ref.hostvars.get(host.name, {}), host.name
+        expected_groups = sorted(g for g, members in ref.groups.items() if host.name in members and g != "all")
+        assert list(host.groups) == expected_groups, host.name
+
+
+def test_fixtures_are_all_found() -> None:
+    # The parametrisation above must not silently shrink.
+    assert len([p for p in INVENTORIES if "fixtures" in str(p)]) >= 4
