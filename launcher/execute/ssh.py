@@ -1,0 +1,403 @@
+"""SSH transport over paramiko: one reused connection per host, strict host keys, ProxyJump.
+
+:class:`SshConnector` owns the connections (keyed by user, address, port and jump route) and
+hands out :class:`SshTransport` objects; every phase of a command reuses the same connection.
+Jump hosts are connected once and shared by every host behind them (one ``direct-tcpip``
+channel per target on the jump host's transport).
+
+Where the settings come from, strongest first: the inventory (``ansible_host``/``_port``/
+``_user``/``_ssh_private_key_file``/``_ssh_common_args`` with ``-J`` or ``-o ProxyJump=``),
+then ``~/.ssh/config`` (HostName, User, Port, IdentityFile, ProxyJump), then defaults (the local
+user, port 22, ssh-agent and ``~/.ssh/id_*``).
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import select
+import shlex
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import paramiko
+
+from launcher.errors import HostKeyError, InputError, RemoteError, UnreachableError
+from launcher.execute.command import Command
+from launcher.execute.hostkeys import KnownHosts, StrictPolicy, host_key_name
+from launcher.execute.transport import CommandTimeout, Result, get_command, put_command
+from launcher.model import Host
+
+_PORT_VARS = ("ansible_port", "ansible_ssh_port")
+_READ_CHUNK = 65536
+_SEND_CHUNK = 32768
+_STDIN_POLL_S = 0.05  # paramiko's pipe does not signal send-window space, so poll while sending
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SshOptions:
+    connect_timeout: float = 10.0  # TCP connect, or opening the channel through a jump host
+    banner_timeout: float = 10.0  # banner + key exchange: a hung sshd accepts TCP, then is silent
+    auth_timeout: float = 15.0
+    keepalive_s: int = 15
+    file_timeout: float = 300.0  # put / get
+    ssh_config: str | None = "~/.ssh/config"  # None: ignore ssh config
+    use_agent: bool = True
+    look_for_keys: bool = True  # ~/.ssh/id_* when nothing else authenticates
+    max_handshakes: int = 8  # concurrent key exchanges: CPU-bound on both ends
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Endpoint:
+    """Where and how to connect: the fully resolved route to one sshd."""
+
+    label: str  # inventory name or jump spec, for messages
+    address: str
+    port: int
+    user: str
+    key_files: tuple[str, ...] = ()
+    via: Endpoint | None = None  # the last jump host before this one
+
+    @property
+    def route(self) -> tuple[object, ...]:
+        """Cache key: two hosts with the same route share one connection."""
+        return (self.user, self.address, self.port, self.via.route if self.via else None)
+
+    @property
+    def known_name(self) -> str:
+        return host_key_name(self.address, self.port)
+
+
+def load_ssh_config(path: str | None) -> paramiko.SSHConfig | None:
+    if path is None:
+        return None
+    full = Path(os.path.expanduser(path))
+    return paramiko.SSHConfig.from_path(str(full)) if full.is_file() else None
+
+
+def proxy_jump_from_args(host: Host) -> str | None:
+    """The ProxyJump spec in ``ansible_ssh_common_args`` (``-J spec``, ``-o ProxyJump=spec``)."""
+    if not host.ssh_common_args:
+        return None
+    where = f"{host.name}/ansible_ssh_common_args"
+    try:
+        tokens = shlex.split(host.ssh_common_args)
+    except ValueError as err:
+        raise InputError(host.source, f"cannot split {host.ssh_common_args!r}: {err}", where)
+    for i, tok in enumerate(tokens):
+        nxt = tokens[i + 1] if i + 1 < len(tokens) else None
+        if tok == "-J" and nxt is not None:
+            return nxt
+        if tok.startswith("-J") and len(tok) > 2:
+            return tok[2:]
+        option = nxt if tok == "-o" else tok[2:] if tok.startswith("-o") else None
+        if not option:
+            continue
+        key, sep, value = option.partition("=")
+        if not sep:
+            key, _, value = option.partition(" ")
+        if key.strip().lower() == "proxyjump":
+            return value.strip()
+        if key.strip().lower() == "proxycommand":
+            raise InputError(host.source, "ProxyCommand is not supported; use ProxyJump", where)
+    return None
+
+
+def _config_for(config: paramiko.SSHConfig | None, name: str) -> paramiko.SSHConfigDict:
+    return config.lookup(name) if config is not None else paramiko.SSHConfigDict()
+
+
+def _identity_files(cfg: paramiko.SSHConfigDict) -> tuple[str, ...]:
+    # ssh config may name default identities that do not exist; OpenSSH skips them too.
+    files = (os.path.expanduser(f) for f in cfg.get("identityfile", ()))
+    return tuple(f for f in files if os.path.isfile(f))
+
+
+def _hop(spec: str, config: paramiko.SSHConfig | None, via: Endpoint | None) -> Endpoint:
+    """One ``[user@]host[:port]`` element of a ProxyJump list (``ssh://`` form accepted)."""
+    text = spec.removeprefix("ssh://")
+    user, _, hostport = text.rpartition("@")
+    if hostport.startswith("["):
+        address, _, rest = hostport[1:].partition("]")
+        port_text = rest.removeprefix(":")
+    else:
+        address, _, port_text = hostport.partition(":")
+    if not address or (port_text and not port_text.isdigit()):
+        raise ValueError(spec)
+    cfg = _config_for(config, address)
+    return Endpoint(
+        label=spec,
+        address=cfg.get("hostname", address),
+        port=int(port_text or cfg.get("port", "22")),
+        user=user or cfg.get("user") or getpass.getuser(),
+        key_files=_identity_files(cfg),
+        via=via,
+    )
+
+
+def resolve(host: Host, config: paramiko.SSHConfig | None) -> Endpoint:
+    """The connection route of an inventory host (inventory values beat ssh config)."""
+    cfg = _config_for(config, host.address)
+    if "proxycommand" in cfg:
+        raise InputError(
+            host.source, "ProxyCommand (from ssh config) is not supported; use ProxyJump",
+            host.name,
+        )
+    explicit_port = host.port != 22 or any(v in host.vars for v in _PORT_VARS)
+    if host.key_file:
+        key_file = os.path.expanduser(host.key_file)
+        if not os.path.isfile(key_file):
+            raise InputError(
+                host.source, f"no such file: {host.key_file}",
+                f"{host.name}/ansible_ssh_private_key_file",
+            )
+        key_files: tuple[str, ...] = (key_file,)
+    else:
+        key_files = _identity_files(cfg)
+    jump = proxy_jump_from_args(host) or cfg.get("proxyjump")
+    via = None
+    if jump and jump.lower() != "none":
+        try:
+            for spec in jump.split(","):
+                via = _hop(spec.strip(), config, via)
+        except ValueError as err:
+            raise InputError(host.source, f"bad ProxyJump host {err}", host.name) from None
+    return Endpoint(
+        label=host.name,
+        address=cfg.get("hostname", host.address),
+        port=host.port if explicit_port else int(cfg.get("port", str(host.port))),
+        user=host.user or cfg.get("user") or getpass.getuser(),
+        key_files=key_files,
+        via=via,
+    )
+
+
+class SshConnector:
+    """Opens and caches SSH connections; thread-safe.  ``close()`` ends every connection
+    (also those in use: their commands fail as unreachable) and refuses new ones."""
+
+    def __init__(self, known_hosts: KnownHosts, options: SshOptions = SshOptions()) -> None:
+        self.options = options
+        self._known = known_hosts
+        self._config = load_ssh_config(options.ssh_config)
+        self._lock = threading.Lock()
+        self._route_locks: dict[tuple[object, ...], threading.Lock] = {}
+        self._clients: dict[tuple[object, ...], paramiko.SSHClient] = {}
+        self._handshakes = threading.BoundedSemaphore(options.max_handshakes)
+        self._closed = False
+
+    def __enter__(self) -> SshConnector:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def connect(self, host: Host) -> SshTransport:
+        """The host's transport, connecting on first use.  Raises ``UnreachableError``,
+        ``HostKeyError`` or ``InputError`` (bad ssh settings in the inventory)."""
+        endpoint = resolve(host, self._config)
+        return SshTransport(host.name, self._client(endpoint), self.options)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            clients = list(self._clients.values())
+            self._clients.clear()
+        for client in reversed(clients):  # targets before the jump hosts they ride on
+            client.close()
+
+    def _client(self, endpoint: Endpoint) -> paramiko.SSHClient:
+        with self._lock:
+            if self._closed:
+                raise UnreachableError(endpoint.label, "connections were closed (interrupted)")
+            route_lock = self._route_locks.setdefault(endpoint.route, threading.Lock())
+        # One connect per route at a time: the others wait and then share its connection.
+        with route_lock:
+            with self._lock:
+                client = self._clients.get(endpoint.route)
+            transport = client.get_transport() if client is not None else None
+            if client is not None and transport is not None and transport.is_active():
+                return client
+            client = self._handshake(endpoint, self._open_socket(endpoint))
+            with self._lock:
+                if self._closed:
+                    client.close()
+                    raise UnreachableError(endpoint.label, "connections were closed (interrupted)")
+                self._clients[endpoint.route] = client
+            return client
+
+    def _open_socket(self, endpoint: Endpoint) -> socket.socket | paramiko.Channel:
+        where = f"{endpoint.address}:{endpoint.port}"
+        timeout = self.options.connect_timeout
+        if endpoint.via is None:
+            try:
+                return socket.create_connection((endpoint.address, endpoint.port), timeout=timeout)
+            except ConnectionRefusedError:
+                reason = f"connection refused by {where}"
+            except TimeoutError:
+                reason = f"no answer from {where} within {timeout:g}s"
+            except socket.gaierror as err:
+                reason = f"cannot resolve {endpoint.address}: {err.strerror}"
+            except OSError as err:
+                reason = f"cannot connect to {where}: {err.strerror or err}"
+            raise UnreachableError(endpoint.label, reason)
+        via = endpoint.via
+        try:
+            jump = self._client(via).get_transport()
+            if jump is None:
+                raise UnreachableError(via.label, "connection closed")
+            return jump.open_channel("direct-tcpip", (endpoint.address, endpoint.port),
+                                     ("127.0.0.1", 0), timeout=timeout)
+        except UnreachableError as err:
+            reason = f"jump host {via.label}: {err.reason}"
+        except paramiko.ChannelException as err:
+            reason = f"jump host {via.label} cannot open {where}: {err.text}"
+        except (paramiko.SSHException, EOFError, OSError) as err:
+            reason = f"jump host {via.label} cannot open {where}: {err or type(err).__name__}"
+        raise UnreachableError(endpoint.label, reason)
+
+    def _handshake(
+        self, endpoint: Endpoint, sock: socket.socket | paramiko.Channel
+    ) -> paramiko.SSHClient:
+        opts = self.options
+        name = endpoint.known_name
+        client = paramiko.SSHClient()
+        # Only this host's known keys go in: paramiko then prefers their key type, raises
+        # BadHostKeyException on a mismatch, and asks StrictPolicy only for unknown hosts.
+        for key_type, key in self._known.keys_for(name).items():
+            client.get_host_keys().add(name, key_type, key)
+        client.set_missing_host_key_policy(StrictPolicy(self._known, endpoint.label))
+        reason: str
+        try:
+            with self._handshakes:
+                client.connect(
+                    endpoint.address,
+                    port=endpoint.port,
+                    username=endpoint.user,
+                    # paramiko takes a list here too (its stubs say str).
+                    key_filename=list(endpoint.key_files) or None,  # type: ignore[arg-type]
+                    sock=sock,
+                    timeout=opts.banner_timeout,
+                    banner_timeout=opts.banner_timeout,
+                    auth_timeout=opts.auth_timeout,
+                    channel_timeout=opts.connect_timeout,
+                    allow_agent=opts.use_agent,
+                    look_for_keys=opts.look_for_keys,
+                )
+        except HostKeyError:
+            client.close()
+            raise
+        except paramiko.BadHostKeyException as err:
+            client.close()
+            raise self._known.changed(endpoint.label, name, err.key, err.expected_key) from None
+        except paramiko.AuthenticationException as err:
+            reason = f"authentication as {endpoint.user} at {name} failed: {err}"
+        except paramiko.SSHException as err:
+            if "banner" in str(err).lower():
+                reason = f"no SSH banner from {name} within {opts.banner_timeout:g}s"
+            else:
+                reason = f"SSH handshake with {name} failed: {err}"
+        except (EOFError, OSError) as err:
+            reason = f"{name} closed the connection during the SSH handshake ({err!r})"
+        else:
+            transport = client.get_transport()
+            if transport is not None:
+                transport.set_keepalive(opts.keepalive_s)
+            return client
+        client.close()
+        sock.close()
+        raise UnreachableError(endpoint.label, reason)
+
+
+class SshTransport:
+    """One host's commands and files over its shared SSH connection."""
+
+    def __init__(self, host: str, client: paramiko.SSHClient, options: SshOptions) -> None:
+        self._host = host
+        self._client = client
+        self._options = options
+
+    @property
+    def host(self) -> str:
+        return self._host
+
+    def run(
+        self,
+        argv: Sequence[str] | Command,
+        *,
+        timeout: float,
+        stdin: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        check: bool = False,
+    ) -> Result:
+        command = Command.of(argv).with_env(env or {})
+        shown = command.masked()
+        transport = self._client.get_transport()
+        if transport is None or not transport.is_active():
+            raise UnreachableError(self._host, f"connection lost before {shown}")
+        deadline = time.monotonic() + timeout
+        try:
+            channel = transport.open_session(timeout=min(timeout, self._options.connect_timeout))
+        except (paramiko.SSHException, EOFError, OSError) as err:
+            raise UnreachableError(self._host, f"cannot open a session for {shown}: {err}")
+        try:
+            channel.exec_command(command.shell_text())
+            stdout, stderr = _exchange(channel, stdin or b"", deadline)
+            if not channel.status_event.wait(max(0.0, deadline - time.monotonic())):
+                raise TimeoutError
+        except TimeoutError:
+            raise CommandTimeout(self._host, shown, timeout) from None
+        except (paramiko.SSHException, EOFError, OSError) as err:
+            raise UnreachableError(self._host, f"connection lost during {shown}: {err}")
+        finally:
+            channel.close()
+        if channel.exit_status == -1 and not transport.is_active():
+            raise UnreachableError(self._host, f"connection lost during {shown}")
+        result = Result(host=self._host, command=shown, exit_status=channel.exit_status,
+                        stdout=stdout, stderr=stderr)
+        return result.check() if check else result
+
+    def put(self, path: str, data: bytes, mode: int) -> None:
+        result = self.run(put_command(path, mode), timeout=self._options.file_timeout, stdin=data)
+        if not result.ok:
+            # The put script is long; name the operation instead of printing it.
+            raise RemoteError(self._host, f"put {path}", result.exit_status, result.stderr_text)
+
+    def get(self, path: str) -> bytes:
+        return self.run(get_command(path), timeout=self._options.file_timeout, check=True).stdout
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _exchange(channel: paramiko.Channel, stdin: bytes, deadline: float) -> tuple[bytes, bytes]:
+    """Feed stdin and collect stdout/stderr until EOF; ``TimeoutError`` at the deadline.
+    Both streams are drained as data arrives, so neither can fill its window and stall."""
+    pending = memoryview(stdin)
+    if not pending:
+        channel.shutdown_write()
+    out, err = bytearray(), bytearray()
+    poller = select.poll()
+    poller.register(channel.fileno(), select.POLLIN)
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError
+        if pending and not (channel.eof_received or channel.closed) and channel.send_ready():
+            sent = channel.send(bytes(pending[:_SEND_CHUNK]))
+            pending = pending[sent:]
+            if not pending:
+                channel.shutdown_write()
+        wait = min(remaining, _STDIN_POLL_S) if pending else remaining
+        poller.poll(int(wait * 1000) + 1)
+        while channel.recv_ready():
+            out += channel.recv(_READ_CHUNK)
+        while channel.recv_stderr_ready():
+            err += channel.recv_stderr(_READ_CHUNK)
+        if channel.eof_received or channel.closed:
+            if not channel.recv_ready() and not channel.recv_stderr_ready():
+                return bytes(out), bytes(err)
