@@ -1,0 +1,361 @@
+"""Plan -> per-host files: pure and byte-reproducible.
+
+``render(plan, runtime=None)`` reads nothing but its own templates (``templates/*.j2``): no
+clock, environment, randomness or host state, and every collection is emitted in sorted order,
+so the same plan always gives the same bytes.
+
+Host layout (``D`` = deployment, ``U`` = unit name)::
+
+    /etc/fleet/D/U/run.sh          0755  docker runtime: replaces and starts the container (sh)
+    /etc/fleet/D/U/env             0600  the unit's non-secret env, NAME=<shell-quoted value>
+    /etc/fleet/D/U/secrets.env     0600  written by the executor at deploy time, same format;
+                                         never rendered (render never sees secret values)
+    /etc/fleet/D/U/manifest.json   0644  render hash, recipe, image, unit identity, files
+    /etc/fleet/D/U/files/NAME      0644  Plan.files (gateway config), on gateway units only
+    /etc/systemd/system/U.service  0644  systemd runtime (docker wrapper or native engine)
+
+Env values never reach argv: the container gets ``-e NAME`` (name only) and docker reads the
+value from its own environment, which ``run.sh`` fills by sourcing ``env``/``secrets.env`` with
+``set -a`` and systemd fills with ``EnvironmentFile=``; :mod:`launcher.quoting` writes one env
+format that both read byte-identically.
+
+Actions are left to the executor: each :class:`RenderedUnit` names its files and gives the
+argv to start and stop it (docker: ``sh run.sh`` / ``docker stop``; systemd: ``systemctl``).
+The executor orders starts (``Unit.start_order``, ``wants``, health) and keeps multi-node groups
+together: systemd cannot bind units on different hosts to each other, so when any rank of a
+group is down or unhealthy the executor stops every rank of that group and starts them again,
+rank 0 first.  A local ``Restart=on-failure`` / ``--restart unless-stopped`` only covers single
+process crashes and reboots.
+
+``render_hash`` is the sha256 of the unit's files (path, mode, content; the manifest excluded)
+rendered with an empty ``fleet.render-hash`` label; the final files then carry the hash in that
+label, so the executor can compare a running container with the plan.  Generation, deployer and
+time are deploy-time facts the executor adds to the manifest.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+import jinja2
+
+from launcher import quoting
+from launcher.errors import PlanError
+from launcher.model import Plan, Runtime, Unit
+
+FLEET_ROOT = "/etc/fleet"
+SYSTEMD_DIR = "/etc/systemd/system"
+SYSTEMD_DOCKER = "/usr/bin/docker"  # where docker-ce and docker.io install the client
+ENV_PROGRAM = "/usr/bin/env"  # resolves a native unit's relative program on the unit's PATH
+SECRETS_FILE = "secrets.env"
+MANIFEST_FILE = "manifest.json"
+
+# Long enough for an engine to finish in-flight requests after SIGTERM (SGLang and vLLM both
+# drain on SIGTERM); systemd waits a little longer so its own SIGKILL never races docker's.
+STOP_TIMEOUT_S = 120
+SYSTEMD_STOP_MARGIN_S = 30
+RESTART_SEC = 10
+
+MODE_ENV = 0o600
+MODE_SCRIPT = 0o755
+MODE_FILE = 0o644
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RenderedFile:
+    path: str  # absolute path on the host
+    content: str
+    mode: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RenderedUnit:
+    name: str
+    runtime: Runtime
+    render_hash: str
+    unit_dir: str
+    files: tuple[str, ...]  # every rendered path of this unit, sorted (manifest included)
+    manifest: str  # path of manifest.json
+    secrets_file: str  # where the executor writes secrets.env (only if the unit has secrets)
+    start: tuple[tuple[str, ...], ...]  # argvs, run in order on the host
+    stop: tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RenderedHost:
+    host: str
+    files: tuple[RenderedFile, ...]  # sorted by path
+    units: tuple[RenderedUnit, ...]  # in plan order (start_order, group, rank)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RenderedPlan:
+    deployment: str
+    recipe: str
+    hosts: Mapping[str, RenderedHost]  # sorted by host name
+
+
+def unit_dir(deployment: str, unit: str) -> str:
+    return f"{FLEET_ROOT}/{deployment}/{unit}"
+
+
+def plan_file_path(deployment: str, unit: str, name: str) -> str:
+    """Where ``Plan.files[name]`` lands on the host of gateway unit ``unit`` (for its mounts)."""
+    return f"{unit_dir(deployment, unit)}/files/{name}"
+
+
+def service_path(unit: str) -> str:
+    return f"{SYSTEMD_DIR}/{unit}.service"
+
+
+def render(plan: Plan, runtime: Runtime | None = None) -> RenderedPlan:
+    """Files and start/stop argvs per host.  ``runtime`` overrides every unit's own runtime;
+    units without a container always get a native systemd unit."""
+    _check_name("deployment", plan.deployment)
+    for name in plan.files:
+        if not _FILE_NAME.fullmatch(name):
+            raise PlanError(None, f"plan file {name!r}: must be a plain file name ([A-Za-z0-9_.-])")
+    if plan.files and not any(u.role == "gateway" for u in plan.units):
+        raise PlanError(None, f"plan files {sorted(plan.files)}: no gateway unit to render them for")
+
+    per_host: dict[str, tuple[list[RenderedFile], list[RenderedUnit]]] = {}
+    seen: set[tuple[str, str]] = set()
+    for unit in plan.units:
+        _check_name(f"unit on {unit.host}", unit.name)
+        if (unit.host, unit.name) in seen:
+            raise PlanError(None, f"unit {unit.name!r}: appears twice on host {unit.host}")
+        seen.add((unit.host, unit.name))
+        files, rendered = _render_unit(plan, unit, runtime or unit.runtime)
+        host_files, host_units = per_host.setdefault(unit.host, ([], []))
+        host_files.extend(files)
+        host_units.append(rendered)
+
+    hosts = {
+        host: RenderedHost(host=host, files=tuple(sorted(files, key=lambda f: f.path)), units=tuple(units))
+        for host, (files, units) in sorted(per_host.items())
+    }
+    return RenderedPlan(deployment=plan.deployment, recipe=plan.recipe, hosts=hosts)
+
+
+def _check_name(what: str, name: str) -> None:
+    # Names end up in paths, container names, unit names and systemd settings unquoted.
+    if not _NAME.fullmatch(name):
+        raise PlanError(None, f"{what} {name!r}: must match [A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def _render_unit(plan: Plan, unit: Unit, runtime: Runtime) -> tuple[list[RenderedFile], RenderedUnit]:
+    if unit.container is None:
+        runtime = "systemd"
+    for name in unit.env:
+        _check_env_name(unit, name)
+    for secret in unit.secrets:
+        _check_env_name(unit, secret.name)
+        if secret.name in unit.env:
+            raise PlanError(None, f"unit {unit.name!r}: {secret.name} is both a secret and a plain env value")
+
+    first = _unit_files(plan, unit, runtime, render_hash="")
+    render_hash = _hash(first)
+    files = _unit_files(plan, unit, runtime, render_hash=render_hash)
+    d = unit_dir(plan.deployment, unit.name)
+    manifest = RenderedFile(
+        path=f"{d}/{MANIFEST_FILE}",
+        content=_manifest(plan, unit, runtime, render_hash, [f.path for f in files]),
+        mode=MODE_FILE,
+    )
+    files.append(manifest)
+    if runtime == "docker":
+        start: tuple[tuple[str, ...], ...] = (("sh", f"{d}/run.sh"),)
+        stop: tuple[tuple[str, ...], ...] = (("docker", "stop", "-t", str(STOP_TIMEOUT_S), unit.name),)
+    else:
+        svc = f"{unit.name}.service"
+        start = (("systemctl", "daemon-reload"), ("systemctl", "enable", "--now", svc))
+        stop = (("systemctl", "stop", svc),)
+    rendered = RenderedUnit(
+        name=unit.name,
+        runtime=runtime,
+        render_hash=render_hash,
+        unit_dir=d,
+        files=tuple(sorted(f.path for f in files)),
+        manifest=manifest.path,
+        secrets_file=f"{d}/{SECRETS_FILE}",
+        start=start,
+        stop=stop,
+    )
+    return files, rendered
+
+
+def _check_env_name(unit: Unit, name: str) -> None:
+    try:
+        quoting.check_env_name(name)
+    except quoting.QuotingError as err:
+        raise PlanError(None, f"unit {unit.name!r}: {err}") from None
+
+
+def _hash(files: list[RenderedFile]) -> str:
+    h = hashlib.sha256()
+    for f in sorted(files, key=lambda f: f.path):
+        data = f.content.encode("utf-8")
+        h.update(f"{f.path}\0{f.mode:o}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
+def _manifest(plan: Plan, unit: Unit, runtime: Runtime, render_hash: str, paths: list[str]) -> str:
+    d = unit_dir(plan.deployment, unit.name)
+    owned = [*paths, f"{d}/{MANIFEST_FILE}"]
+    if unit.secrets:
+        owned.append(f"{d}/{SECRETS_FILE}")
+    doc = {
+        "deployment": plan.deployment,
+        "unit": unit.name,
+        "host": unit.host,
+        "group": unit.group,
+        "role": unit.role,
+        "rank": unit.rank,
+        "runtime": runtime,
+        "render_hash": render_hash,
+        "recipe": plan.recipe,
+        "image": unit.container.image if unit.container else None,
+        "files": sorted(owned),
+    }
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n"
+
+
+def _unit_files(plan: Plan, unit: Unit, runtime: Runtime, *, render_hash: str) -> list[RenderedFile]:
+    d = unit_dir(plan.deployment, unit.name)
+    env_path, secrets_path = f"{d}/env", f"{d}/{SECRETS_FILE}"
+    try:
+        files = [RenderedFile(path=env_path, content=quoting.env_file(unit.env), mode=MODE_ENV)]
+        ctx = _context(plan, unit, env_path, secrets_path)
+        if unit.container is None:
+            program = unit.argv[0] if unit.argv else ""
+            if not program or program.startswith("-") or "=" in program:
+                raise PlanError(None, f"unit {unit.name!r}: a native unit needs a program as argv[0], got {program!r}")
+            argv = unit.argv if program.startswith("/") else (ENV_PROGRAM, *unit.argv)
+            ctx["exec_start"] = quoting.systemd_exec(argv)
+            files.append(RenderedFile(path=service_path(unit.name), content=_template("native.service.j2", ctx), mode=MODE_FILE))
+        elif runtime == "docker":
+            run = docker_run_args(unit, detached=True, render_hash=render_hash)
+            ctx["run_args"] = quoting.shell_join(run)
+            ctx["stop_args"] = quoting.shell_join(("stop", "-t", str(STOP_TIMEOUT_S), unit.name))
+            ctx["rm_args"] = quoting.shell_join(("rm", "-f", unit.name))
+            ctx["env_path_q"] = quoting.shell_join((env_path,))
+            ctx["secrets_path_q"] = quoting.shell_join((secrets_path,))
+            files.append(RenderedFile(path=f"{d}/run.sh", content=_template("docker-run.sh.j2", ctx), mode=MODE_SCRIPT))
+        else:
+            run = docker_run_args(unit, detached=False, render_hash=render_hash)
+            ctx["exec_start"] = quoting.systemd_exec((SYSTEMD_DOCKER, *run))
+            ctx["exec_start_pre"] = quoting.systemd_exec((SYSTEMD_DOCKER, "rm", "-f", unit.name))
+            ctx["exec_stop"] = quoting.systemd_exec((SYSTEMD_DOCKER, "stop", "-t", str(STOP_TIMEOUT_S), unit.name))
+            files.append(RenderedFile(path=service_path(unit.name), content=_template("docker.service.j2", ctx), mode=MODE_FILE))
+    except quoting.QuotingError as err:
+        raise PlanError(None, f"unit {unit.name!r}: {err}") from None
+    if unit.role == "gateway":
+        files.extend(
+            RenderedFile(path=plan_file_path(plan.deployment, unit.name, name), content=plan.files[name], mode=MODE_FILE)
+            for name in sorted(plan.files)
+        )
+    return files
+
+
+def _context(plan: Plan, unit: Unit, env_path: str, secrets_path: str) -> dict[str, object]:
+    where = f"{unit.role} rank {unit.rank}" if unit.nnodes > 1 or unit.rank else unit.role
+    start_timeout = unit.health.timeout_s if unit.health else 0
+    return {
+        "deployment": plan.deployment,
+        "recipe": plan.recipe,
+        "unit": unit.name,
+        "description": quoting.systemd_value(f"fleet {plan.deployment}: {unit.name} ({where}, group {unit.group})"),
+        "env_path": env_path,
+        "secrets_path": secrets_path,
+        "restart_sec": RESTART_SEC,
+        # Image pulls happen before the container prints anything; never let systemd give up
+        # on a start sooner than the plan's own health deadline.
+        "start_timeout": max(start_timeout, 600),
+        "stop_timeout": STOP_TIMEOUT_S + SYSTEMD_STOP_MARGIN_S,
+        "engine_stop_timeout": STOP_TIMEOUT_S,
+    }
+
+
+def docker_run_args(unit: Unit, *, detached: bool, render_hash: str) -> tuple[str, ...]:
+    """``docker`` arguments (without the program) that run ``unit.argv`` in its container.
+
+    ``argv[0]`` becomes ``--entrypoint`` so the process is exactly ``unit.argv`` whatever
+    ENTRYPOINT the image declares.  Detached (docker runtime): the container restarts itself
+    (policy from the plan, ``unless-stopped``: back after a daemon restart or reboot).
+    Foreground (systemd runtime): ``--rm``, systemd restarts it.
+    """
+    c = unit.container
+    if c is None:
+        raise PlanError(None, f"unit {unit.name!r}: has no container to run")
+    args: list[str] = ["run"]
+    args += ["-d", "--restart", c.restart_policy] if detached else ["--rm"]
+    args += ["--name", unit.name, "--stop-timeout", str(STOP_TIMEOUT_S)]
+    if c.network_host:
+        args += ["--network", "host"]
+    if c.ipc_host:
+        args += ["--ipc", "host"]
+    if c.shm_size:
+        args += ["--shm-size", c.shm_size]
+    if c.gpus:
+        # docker parses --gpus as one CSV record: the list needs CSV quotes inside the token.
+        args += ["--gpus", '"device=' + ",".join(str(g) for g in c.gpus) + '"']
+    for dev in c.devices:
+        args += ["--device", dev]
+    for cap in c.cap_add:
+        args += ["--cap-add", cap]
+    for ulimit in c.ulimits:
+        args += ["--ulimit", ulimit]
+    for m in c.mounts:
+        if not m.host.startswith("/") or not m.container.startswith("/") or ":" in m.host + m.container:
+            raise PlanError(None, f"unit {unit.name!r}: mount {m.host}:{m.container}: paths must be absolute, without ':'")
+        if "{" in m.host:
+            raise PlanError(None, f"unit {unit.name!r}: mount {m.host}: unfilled placeholder")
+        args += ["-v", f"{m.host}:{m.container}" + (":ro" if m.read_only else "")]
+    labels = dict(c.labels)
+    labels.update(
+        {
+            "fleet.deployment": unit.deployment,
+            "fleet.unit": unit.name,
+            "fleet.group": unit.group,
+            "fleet.role": unit.role,
+            "fleet.rank": str(unit.rank),
+            "fleet.render-hash": render_hash,
+        }
+    )
+    for key in sorted(labels):
+        args += ["--label", f"{key}={labels[key]}"]
+    for name in sorted({*unit.env, *(s.name for s in unit.secrets)}):
+        args += ["-e", name]
+    if unit.argv:
+        args += ["--entrypoint", unit.argv[0]]
+    args += c.extra_args
+    args.append(c.image)
+    args += unit.argv[1:]
+    return tuple(args)
+
+
+@functools.lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(_TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+
+
+def _template(name: str, ctx: Mapping[str, object]) -> str:
+    return _environment().get_template(name).render(ctx)
