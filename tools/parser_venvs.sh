@@ -5,7 +5,8 @@
 # Cache: $FLEET_PARSER_CACHE, else /var/cache/fleet-parsers; venv = $CACHE/<NAME>.
 # A venv counts as present when its `.complete` marker exists AND
 # `tools/snapshot_options.py probe` builds the parser inside it; otherwise it is rebuilt.
-# Each build prints "<NAME>: <seconds>s <size>" so CI logs show the cost.
+# Each build prints "<NAME>: built in <seconds>s (<size>)" so CI logs show the cost; pip's
+# output goes to $CACHE/<NAME>.log (its tail is printed when a build fails).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -25,19 +26,19 @@ VLLM_DEPS=(packaging huggingface_hub regex pydantic numpy cbor2 psutil pyzmq url
   aiohttp requests openai-harmony openai msgspec cloudpickle pillow pybase64 cachetools uvloop
   py-cpuinfo fastapi prometheus_client partial-json-parser xgrammar llguidance)
 
-install() {  # install NAME into venv V
-  local name="$1" v="$2" pip=("$2/bin/python" -m pip install -q)
+install() {  # install NAME into venv V; stops at the first failing pip step
+  local name="$1" pip=("$2/bin/python" -m pip install -q)
   case "$name" in
-    sglang-*)
-      "${pip[@]}" "$TORCH"
-      "${pip[@]}" --no-deps "sglang==${name#sglang-}"
-      "${pip[@]}" "${SGLANG_DEPS[@]}" ;;
-    vllm-*)
-      "${pip[@]}" "$TORCH"
-      "${pip[@]}" --no-deps "vllm==${name#vllm-}"
-      "${pip[@]}" "${VLLM_DEPS[@]}" ;;
     sglang-router-*)
       "${pip[@]}" "sglang-router==${name#sglang-router-}" ;;
+    sglang-*)
+      "${pip[@]}" "$TORCH" &&
+        "${pip[@]}" --no-deps "sglang==${name#sglang-}" &&
+        "${pip[@]}" "${SGLANG_DEPS[@]}" ;;
+    vllm-*)
+      "${pip[@]}" "$TORCH" &&
+        "${pip[@]}" --no-deps "vllm==${name#vllm-}" &&
+        "${pip[@]}" "${VLLM_DEPS[@]}" ;;
     mooncake-*)
       "${pip[@]}" "mooncake-transfer-engine-non-cuda==${name#mooncake-}" ;;
     *) echo "unknown parser venv: $name" >&2; return 2 ;;
@@ -58,10 +59,12 @@ for name in "${@:-${ALL[@]}}"; do
   fi
   rm -rf "$v"
   start=$SECONDS
-  if "$PY" -m venv "$v" && install "$name" "$v" && touch "$v/.complete" && probe "$name" "$v"; then
+  if { "$PY" -m venv "$v" && install "$name" "$v"; } >"$CACHE/$name.log" 2>&1 \
+    && touch "$v/.complete" && probe "$name" "$v"; then
     echo "$name: built in $((SECONDS - start))s ($(du -sh "$v" | cut -f1))"
   else
-    echo "$name: FAILED after $((SECONDS - start))s" >&2
+    echo "$name: FAILED after $((SECONDS - start))s; tail of $CACHE/$name.log:" >&2
+    grep -v '^WARNING: Location' "$CACHE/$name.log" | tail -n 20 >&2
     rm -f "$v/.complete"
     rc=1
   fi

@@ -51,7 +51,7 @@ class Target:
 def _sglang_parser() -> argparse.ArgumentParser:
     from sglang.srt.server_args import ServerArgs
 
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(prog="sglang.launch_server")
     ServerArgs.add_cli_args(parser)
     return parser
 
@@ -135,6 +135,9 @@ def _type_info(action: argparse.Action) -> dict[str, Any]:
     for kind, ref in _REFERENCE_KINDS:
         if accepted == tuple(p for p in PROBES if _accepts(ref, p)):
             return {"kind": kind, "name": name}
+    int_like = tuple(p for p in PROBES if _accepts(int, p))
+    if accepted == tuple(p for p in PROBES if p in int_like or p == "4k"):
+        return {"kind": "int-suffix", "name": name}  # SGLang's human_readable_int: 4k, 2Gi
     if set(accepted) <= {"true", "false", "0", "7", "None"} and "true" in accepted:
         return {"kind": "bool", "name": name, "accepts": list(accepted)}
     # Unknown conversion: keep what it accepted so a reader can see its shape.
@@ -155,6 +158,7 @@ def _action_record(action: argparse.Action) -> dict[str, Any]:
     return {
         "option_strings": list(action.option_strings),
         "dest": action.dest,
+        "metavar": action.metavar if isinstance(action.metavar, str) else None,
         "action": type(action).__name__,
         "nargs": _nargs(action),
         "takes_value": action.nargs != 0,
@@ -168,8 +172,9 @@ def _action_record(action: argparse.Action) -> dict[str, Any]:
 
 
 def _parser_record(parser: argparse.ArgumentParser) -> dict[str, Any]:
+    index = {id(a): i for i, a in enumerate(parser._actions)}
     groups = [
-        [a.dest for a in group._group_actions]
+        {"actions": [index[id(a)] for a in group._group_actions], "required": group.required}
         for group in parser._mutually_exclusive_groups
     ]
     return {
@@ -184,19 +189,44 @@ def _parser_record(parser: argparse.ArgumentParser) -> dict[str, Any]:
     }
 
 
+def _gflags_binary() -> Path:
+    import mooncake  # the console script is a wrapper; gflags lives in the packaged binary
+
+    return Path(mooncake.__file__).parent / "mooncake_master"
+
+
 def _mooncake_record() -> dict[str, Any]:
-    """gflags `--helpfull` of the installed mooncake_master, as flag records."""
-    binary = Path(sys.executable).parent / "mooncake_master"
+    """Flags (name, gflags type) from the installed mooncake_master's ``--helpfull``."""
     out = subprocess.run(
-        [str(binary), "--helpfull"], capture_output=True, text=True, timeout=60, check=False
+        [str(_gflags_binary()), "--helpfull"], capture_output=True, text=True, timeout=60, check=False
     )
-    flags = []
-    pattern = re.compile(r"^\s+-(\w+) \((.*?)\) type: (\w+) default: (.*)$")
-    for line in (out.stdout + out.stderr).splitlines():
-        m = pattern.match(line)
-        if m:
-            flags.append({"name": m.group(1), "type": m.group(3)})
-    return {"flags": sorted(flags, key=lambda f: f["name"])}
+    # An entry is "    -name (help...)" and, possibly lines later, "type: T default: D".
+    text = re.sub(r"\n\s{6,}", " ", out.stdout + out.stderr)
+    found = re.findall(r"^    -(\w+) \(.*?\) type: (\w+) default:", text, flags=re.M | re.S)
+    if not found:
+        raise SystemExit(f"mooncake_master --helpfull listed no flags: {out.stderr[:300]}")
+    return {"flags": sorted(({"name": n, "type": t} for n, t in found), key=lambda f: f["name"])}
+
+
+SENTINELS = ("--zz_fleet_sentinel_a", "--zz_fleet_sentinel_b")  # distinct: gflags dedups errors
+
+
+def _gflags_parse(argv: list[str]) -> tuple[bool, str]:
+    """Parse-only run of mooncake_master: two unknown sentinel flags make gflags exit 1 after
+    reporting every error, before the master starts.  Accepted = only the sentinels complain
+    (one sentinel eaten as a value means the last flag lacked its argument)."""
+    out = subprocess.run(
+        [str(_gflags_binary()), *argv, *SENTINELS],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    errors = [line for line in out.stderr.splitlines() if line.startswith("ERROR:")]
+    expected = [f"ERROR: unknown command line flag '{s[2:]}'" for s in SENTINELS]
+    own = [e for e in errors if e not in expected]
+    if any("zz_fleet_sentinel" in e for e in own) or len(errors) - len(own) != 2:
+        return False, "ERROR: the last flag is missing its argument"
+    if own:
+        return False, own[0]
+    return True, ""
 
 
 def snapshot(name: str) -> dict[str, Any]:
@@ -228,7 +258,7 @@ def parse_many(name: str, argvs: list[list[str]]) -> list[tuple[bool, str]]:
     """Run each argv through the real parser; argparse errors become (False, message)."""
     build = TARGETS[name].build
     if build is None:
-        raise SystemExit(f"{name}: not an argparse program")
+        return [_gflags_parse(argv) for argv in argvs]
     parser = build()
     results: list[tuple[bool, str]] = []
     for argv in argvs:
@@ -236,7 +266,10 @@ def parse_many(name: str, argvs: list[list[str]]) -> list[tuple[bool, str]]:
         try:
             with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
                 parser.parse_args(argv)
-        except SystemExit:
+        except SystemExit as exc:
+            if exc.code == 0:  # --help / --version: printed and exited, nothing launched
+                results.append((False, "exited 0 (help/version)"))
+                continue
             lines = err.getvalue().strip().splitlines()
             msg = lines[-1].split(": error: ", 1)[-1] if lines else ""
             results.append((False, msg))
