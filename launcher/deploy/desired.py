@@ -1,0 +1,80 @@
+"""What should run where, as the deploy layer sees it: one :class:`Desired` per unit (its files,
+render hash, run script), grouped into restart groups and start steps.
+
+Contract: pure.  A group's units may live on several hosts; a group restarts as a whole.  Steps
+are the distinct ``start_order`` values, ascending (0 Mooncake, 1 engines, 2 routers, 3 gateway).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+from launcher.errors import UsageError
+from launcher.model import Unit
+from launcher.quoting import env_file
+from launcher.deploy.steps import SECRETS_FILE
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class File:
+    path: str
+    content: bytes
+    mode: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Desired:
+    unit: Unit
+    dir: str  # /etc/fleet/<deployment>/<unit>: the manifest and prev/ live here
+    files: tuple[File, ...]  # rendered files (the secrets file is added at deploy time)
+    render_hash: str
+    script: str | None  # docker: the rendered `docker run` script; systemd: None
+    recipe: str
+    image: str | None
+
+    @property
+    def host(self) -> str:
+        return self.unit.host
+
+    @property
+    def name(self) -> str:
+        return self.unit.name
+
+    @property
+    def secrets_path(self) -> str:
+        return f"{self.dir}/{SECRETS_FILE}"
+
+
+def groups(units: Iterable[Desired]) -> dict[str, tuple[Desired, ...]]:
+    """Units by restart group, groups in plan order, ranks ascending."""
+    out: dict[str, list[Desired]] = {}
+    for d in units:
+        out.setdefault(d.unit.group, []).append(d)
+    return {g: tuple(sorted(ds, key=lambda d: d.unit.rank)) for g, ds in out.items()}
+
+
+def step_of(group: Sequence[Desired]) -> int:
+    return min(d.unit.start_order for d in group)
+
+
+def limit(units: Sequence[Desired], hosts: Iterable[str]) -> tuple[Desired, ...]:
+    """The units on ``hosts``; a group cut in two by the limit is refused (groups restart whole)."""
+    keep = set(hosts)
+    chosen = tuple(d for d in units if d.host in keep)
+    for group, members in groups(units).items():
+        inside = {d.host for d in members if d.host in keep}
+        outside = sorted({d.host for d in members if d.host not in keep})
+        if inside and outside:
+            raise UsageError(
+                f"--limit splits group {group!r}: it also runs on {', '.join(outside)}; include those hosts"
+            )
+    return chosen
+
+
+def secrets_file(d: Desired, values: Mapping[str, str]) -> File | None:
+    """The unit's ``secrets.env`` (mode 0600) from values resolved on the control node."""
+    if not d.unit.secrets:
+        return None
+    env = {ref.name: values[ref.name] for ref in d.unit.secrets}
+    return File(path=d.secrets_path, content=env_file(env).encode(), mode=0o600)

@@ -1,0 +1,170 @@
+"""Group-aware health gating.
+
+A group is healthy when every rank's container/process is alive AND rank 0 (every unit with a
+health check) answers its endpoint, probed from its own host over the open connection.  A rank
+that has exited, is restarting, or has restarted since it was started fails the whole group at
+once; so does the deadline (the unit's ``HealthCheck.timeout_s``, the recipe's measured start-up,
+unless overridden).  Polls back off from a quarter second to the check's interval.
+
+Contract: :func:`gate` returns, per group, None (healthy) or the one-line error; it never stops
+or removes anything (the caller tears failed groups down).  Transports are only used by the
+thread handling their host.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+from launcher.deploy.desired import Desired
+from launcher.deploy.fan import each
+from launcher.deploy.remote import STEP_TIMEOUT_S, show
+from launcher.deploy.steps import NO_PROBE_TOOL, Liveness, logs_argv, parse_log, probe_argv, run_liveness
+from launcher.errors import FleetError, RemoteError
+from launcher.execute.transport import Transport
+from launcher.output import Event, Progress
+
+DEFAULT_TIMEOUT_S = 600.0  # units without a health check of their own still get a deadline
+FIRST_POLL_S = 0.25
+PROBE_TIMEOUT_S = 5
+
+
+class HealthError(FleetError):
+    """A unit did not become healthy before its deadline."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Verdict:
+    healthy: bool = False
+    error: FleetError | None = None
+    detail: str = ""  # last log lines of the unit that failed
+
+
+def dead(live: Liveness) -> bool:
+    return live.state in ("exited", "missing", "restarting") or live.restarts > 0
+
+
+def deadline_s(group: Sequence[Desired], override: float | None) -> float:
+    if override is not None:
+        return override
+    checks = [d.unit.health.timeout_s for d in group if d.unit.health is not None]
+    return float(max(checks)) if checks else DEFAULT_TIMEOUT_S
+
+
+def gate(
+    groups: Mapping[str, Sequence[Desired]],
+    transports: Mapping[str, Transport],
+    *,
+    timeout_override: float | None,
+    forks: int,
+    progress: Progress,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Verdict]:
+    """Polls every pending group until each is healthy or failed."""
+    start = clock()
+    deadlines = {g: start + deadline_s(units, timeout_override) for g, units in groups.items()}
+    verdicts: dict[str, Verdict] = {}
+    interval = FIRST_POLL_S
+    max_interval = min((d.unit.health.interval_s for us in groups.values() for d in us if d.unit.health), default=2.0)
+    while len(verdicts) < len(groups):
+        pending = {g: us for g, us in groups.items() if g not in verdicts}
+        by_host: dict[str, list[Desired]] = {}
+        for units in pending.values():
+            for d in units:
+                by_host.setdefault(d.host, []).append(d)
+        observed = each(sorted(by_host), lambda h: _observe(transports[h], by_host[h]), forks)
+        now = clock()
+        for g, units in pending.items():
+            verdict = _judge(units, observed, expired=now >= deadlines[g], waited=now - start)
+            if verdict is not None:
+                if verdict.error is not None:
+                    verdict = _with_logs(verdict, units, observed, transports)
+                verdicts[g] = verdict
+                for d in units:
+                    state = "healthy" if verdict.healthy else "failed"
+                    progress.update(Event(host=d.host, unit=d.name, state=state))
+            else:
+                for d in units:
+                    progress.update(Event(host=d.host, unit=d.name, state="waiting", detail=f"{now - start:.0f}s"))
+        if len(verdicts) < len(groups):
+            sleep(interval)
+            interval = min(interval * 1.6, max_interval)
+    return verdicts
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Seen:
+    live: Mapping[str, Liveness]
+    probes: Mapping[str, bool]  # unit name -> its endpoint answered 2xx
+
+
+def _observe(transport: Transport, units: Sequence[Desired]) -> _Seen:
+    live: dict[str, Liveness] = {}
+    for runtime in ("docker", "systemd"):
+        names = [d.name for d in units if d.unit.runtime == runtime]
+        live.update(run_liveness(transport, runtime, names))
+    probes: dict[str, bool] = {}
+    for d in units:
+        if d.unit.health is not None and live[d.name].state == "running":
+            argv = probe_argv(d.unit.health.url, PROBE_TIMEOUT_S)
+            result = transport.run(argv, timeout=PROBE_TIMEOUT_S + STEP_TIMEOUT_S)
+            if result.exit_status == NO_PROBE_TOOL:
+                raise RemoteError(transport.host, show(argv[:1]), NO_PROBE_TOOL, result.stderr_text)
+            probes[d.name] = result.ok
+    return _Seen(live=live, probes=probes)
+
+
+def _judge(
+    units: Sequence[Desired], observed: Mapping[str, _Seen | FleetError], *, expired: bool, waited: float
+) -> Verdict | None:
+    for d in units:
+        seen = observed[d.host]
+        if isinstance(seen, FleetError):
+            return Verdict(error=seen)
+        live = seen.live[d.name]
+        if dead(live):
+            code = f"exit {live.exit_code}" if live.exit_code is not None else "no exit status"
+            how = "restarted" if live.state == "running" else live.state
+            return Verdict(error=_UnitDied(d, f"{how} while its group was starting ({code})"))
+    seen_all = [(d, observed[d.host]) for d in units]
+    healthy = all(
+        isinstance(s, _Seen) and s.live[d.name].state == "running" and s.probes.get(d.name, d.unit.health is None)
+        for d, s in seen_all
+    )
+    if healthy:
+        return Verdict(healthy=True)
+    if expired:
+        waiting = next(
+            (d for d, s in seen_all if isinstance(s, _Seen) and not s.probes.get(d.name, d.unit.health is None)),
+            units[0],
+        )
+        what = f"not healthy at {waiting.unit.health.url}" if waiting.unit.health else "not running"
+        return Verdict(error=_UnitDied(waiting, f"{what} after {waited:.0f}s"))
+    return None
+
+
+class _UnitDied(HealthError):
+    def __init__(self, d: Desired, what: str) -> None:
+        self.desired = d
+        self.what = what
+        super().__init__(f"{d.host}: {d.name}: {what}")
+
+
+def _with_logs(
+    verdict: Verdict,
+    units: Sequence[Desired],
+    observed: Mapping[str, _Seen | FleetError],
+    transports: Mapping[str, Transport],
+) -> Verdict:
+    """Adds the failing unit's last log lines (one extra round trip, on failure only)."""
+    err = verdict.error
+    if not isinstance(err, _UnitDied):
+        return verdict
+    d = err.desired
+    result = transports[d.host].run(logs_argv(d.unit.runtime, d.name, 20), timeout=STEP_TIMEOUT_S)
+    lines = [text for _, text in parse_log(d.unit.runtime, result.stdout_text)]
+    last = next((line for line in reversed(lines) if line.strip()), "")
+    message = f"{err}: {last.strip()}" if last else str(err)
+    return Verdict(error=HealthError(message), detail="\n".join(lines))

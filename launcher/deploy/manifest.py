@@ -1,0 +1,61 @@
+"""The per-unit record fleet keeps on each host, ``<unit dir>/manifest.json``: what runs there
+(render hash, recipe, image), which generation, who deployed it when, and the files it owns.
+
+Contract: one line of JSON with sorted keys; :func:`parse` accepts exactly what :func:`dumps`
+writes and returns None for anything else (a hand-edited or truncated manifest counts as no
+manifest, so the next ``up`` redeploys that unit rather than trusting it).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from launcher.model import Runtime
+
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Manifest:
+    deployment: str
+    unit: str
+    host: str
+    group: str
+    role: str
+    rank: int
+    runtime: Runtime
+    render_hash: str
+    recipe: str
+    image: str | None
+    generation: int
+    deployed_by: str
+    deployed_at: str  # UTC, ISO 8601
+    files: tuple[str, ...]  # every path this unit owns on the host (secrets.env included)
+
+
+def dumps(m: Manifest) -> str:
+    return json.dumps(asdict(m), sort_keys=True, separators=(",", ":")) + "\n"
+
+
+def parse(text: str) -> Manifest | None:
+    try:
+        raw: Any = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(raw, dict) or set(raw) != {f.name for f in fields(Manifest)}:
+        return None
+    try:
+        raw["files"] = tuple(raw["files"])
+        m = Manifest(**raw)
+    except TypeError:
+        return None
+    types_ok = (
+        all(isinstance(getattr(m, n), str) for n in ("deployment", "unit", "host", "group", "role", "render_hash"))
+        and isinstance(m.rank, int)
+        and isinstance(m.generation, int)
+        and m.runtime in ("docker", "systemd")
+        and all(isinstance(f, str) for f in m.files)
+    )
+    return m if types_ok else None

@@ -1,0 +1,622 @@
+"""``up`` / ``down`` / ``unlock``: bring a deployment's units to the desired state over SSH.
+
+``up``, per host in parallel where it can: connect every host first (an unknown host key stops
+everything before anything runs), take the deploy lock, read the manifests and liveness of what
+runs there, decide per restart group (unchanged / start / restart) and find orphans; with
+``check`` stop there (diff only, read operations only).  Otherwise pull missing images, remove
+orphans, then step by step (``start_order``): stop the changing groups, install their files
+(previous generation kept in ``prev/``), start every rank of every changing group at once, and
+gate on group health.  A failed group is torn down, and later steps do not start.  Locks are
+released and connections closed in ``finally`` (Ctrl-C included); a group interrupted half-way
+up is torn down first.
+
+Contract: nothing restarts when nothing changed; a group restarts whole (all ranks, all hosts)
+when any rank's render hash changed or any rank is not running.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field, replace
+from typing import Callable, Literal, Mapping, Sequence
+
+from launcher.deploy import lock
+from launcher.deploy.desired import Desired, File, groups, secrets_file, step_of
+from launcher.deploy.diff import file_diff
+from launcher.deploy.fan import each, first_error
+from launcher.deploy.health import Verdict, gate
+from launcher.deploy.manifest import Manifest, dumps, parse
+from launcher.deploy.remote import check
+from launcher.deploy.steps import (
+    SECRETS_FILE,
+    Liveness,
+    ensure_image,
+    manifest_path,
+    parse_files,
+    read_files_argv,
+    read_manifests_argv,
+    remove_argv,
+    rotate_argv,
+    run_liveness,
+    start_argvs,
+    stop_argv,
+)
+from launcher.errors import ExitCode, FleetError, HostKeyError, UnreachableError
+from launcher.execute.transport import Transport
+from launcher.model import Host, Runtime
+from launcher.output import Event, Progress, QuietProgress, mask
+
+STATE_ROOT = "/etc/fleet"
+
+Connect = Callable[[Host], Transport]
+Action = Literal["unchanged", "start", "restart", "remove"]
+Outcome = Literal["unchanged", "healthy", "removed", "failed", "skipped", "planned"]
+
+
+def deployment_dir(deployment: str) -> str:
+    return f"{STATE_ROOT}/{deployment}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Target:
+    """One deployment on a set of hosts: what ``up``/``down``/``status`` work on."""
+
+    deployment: str
+    recipe: str
+    hosts: tuple[Host, ...]
+    units: tuple[Desired, ...]
+    secrets: Mapping[str, str] = field(default_factory=dict)  # resolved on the control node
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Options:
+    forks: int = 8
+    check: bool = False
+    diff: bool = False
+    timeout_s: float | None = None  # overrides every unit's health deadline
+    break_lock: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnitReport:
+    host: str
+    unit: str
+    group: str
+    action: Action
+    outcome: Outcome
+    reason: str = ""
+    generation: int | None = None
+    detail: str = ""  # on failure: the unit's last log lines (masked)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Report:
+    units: tuple[UnitReport, ...]
+    errors: tuple[str, ...] = ()  # one line each, masked
+    diff: str = ""
+
+    @property
+    def exit_code(self) -> ExitCode:
+        if not self.errors:
+            return ExitCode.OK
+        fine = any(u.outcome in ("healthy", "unchanged", "removed") for u in self.units)
+        return ExitCode.PARTIAL if fine else ExitCode.FAILED
+
+
+# ---------------------------------------------------------------------------------------------
+# survey and decision (pure)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Survey:
+    """What runs on one host: this deployment's manifests (of this host only) and liveness."""
+
+    manifests: Mapping[str, Manifest]
+    live: Mapping[str, Liveness]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupChange:
+    group: str
+    step: int
+    action: Literal["unchanged", "start", "restart"]
+    reason: str
+    units: tuple[Desired, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decision:
+    groups: tuple[GroupChange, ...]
+    orphans: tuple[Manifest, ...]  # deployed here before, not in the plan any more
+
+    @property
+    def changing(self) -> tuple[GroupChange, ...]:
+        return tuple(g for g in self.groups if g.action != "unchanged")
+
+
+def decide(units: Sequence[Desired], surveys: Mapping[str, Survey]) -> Decision:
+    changes = []
+    for group, members in groups(units).items():
+        olds = {d.name: surveys[d.host].manifests.get(d.name) for d in members}
+        missing = [d for d in members if olds[d.name] is None]
+        changed = [d for d in members if (m := olds[d.name]) is not None and m.render_hash != d.render_hash]
+        down = [d for d in members if surveys[d.host].live.get(d.name, Liveness(state="missing")).state != "running"]
+        action: Literal["unchanged", "start", "restart"]
+        if len(missing) == len(members):
+            action, reason = "start", "new"
+        elif missing or changed:
+            action, reason = "restart", "changed: " + ", ".join(f"{d.host}/{d.name}" for d in (*missing, *changed))
+        elif down:
+            state = surveys[down[0].host].live.get(down[0].name, Liveness(state="missing")).state
+            action, reason = "restart", f"{down[0].host}/{down[0].name} is {state}"
+        else:
+            action, reason = "unchanged", ""
+        changes.append(GroupChange(group=group, step=step_of(members), action=action, reason=reason, units=members))
+    wanted = {(d.host, d.name) for d in units}
+    orphans = tuple(
+        m for host, s in sorted(surveys.items()) for name, m in sorted(s.manifests.items()) if (host, name) not in wanted
+    )
+    return Decision(groups=tuple(changes), orphans=orphans)
+
+
+# ---------------------------------------------------------------------------------------------
+# sessions
+
+
+class Session:
+    """Open connections to the target's hosts; closes them on exit."""
+
+    def __init__(self, hosts: Sequence[Host], connect: Connect, forks: int) -> None:
+        self.forks = forks
+        results = each(list(hosts), connect, forks)
+        self.transports: dict[str, Transport] = {
+            h.name: t for h, t in results.items() if not isinstance(t, FleetError)
+        }
+        self.errors: dict[str, FleetError] = {h.name: e for h, e in results.items() if isinstance(e, FleetError)}
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for t in self.transports.values():
+            t.close()
+
+    def refuse_bad_keys(self) -> None:
+        """Unknown or changed host keys stop the command before anything runs anywhere."""
+        for err in self.errors.values():
+            if isinstance(err, HostKeyError):
+                raise err
+
+    def require_all(self) -> None:
+        self.refuse_bad_keys()
+        if self.errors:
+            host, err = next(iter(self.errors.items()))
+            more = f" (and {len(self.errors) - 1} more hosts)" if len(self.errors) > 1 else ""
+            raise UnreachableError(host, f"{err.reason if isinstance(err, UnreachableError) else err}{more}")
+
+    def run(self, hosts: Sequence[str], fn: Callable[[str, Transport], object]) -> dict[str, object | FleetError]:
+        return each(list(hosts), lambda h: fn(h, self.transports[h]), self.forks)
+
+
+def survey_host(t: Transport, host: str, deployment: str, units: Sequence[Desired]) -> Survey:
+    out = check(t, read_manifests_argv(deployment_dir(deployment)), label=f"cat {deployment_dir(deployment)}/*/manifest.json")
+    manifests: dict[str, Manifest] = {}
+    for line in out.splitlines():
+        m = parse(line) if line.strip() else None
+        if m is not None and m.host == host and m.deployment == deployment:
+            manifests[m.unit] = m
+    runtimes: dict[str, Runtime] = {m.unit: m.runtime for m in manifests.values()}
+    runtimes.update({d.name: d.unit.runtime for d in units if d.host == host})
+    live: dict[str, Liveness] = {}
+    for rt in ("docker", "systemd"):
+        live.update(run_liveness(t, rt, sorted(n for n, r in runtimes.items() if r == rt)))
+    return Survey(manifests=manifests, live=live)
+
+
+# ---------------------------------------------------------------------------------------------
+# up
+
+
+def up(target: Target, connect: Connect, options: Options, progress: Progress = QuietProgress()) -> Report:
+    host_names = sorted({h.name for h in target.hosts})
+    owner = lock.owner_line()
+    with Session(target.hosts, connect, options.forks) as session:
+        session.require_all()
+        if options.check:
+            return _check(target, session, options)
+        _take_locks(session, host_names, target.deployment, owner, options.break_lock)
+        try:
+            return _apply(target, session, options, progress, owner)
+        finally:
+            session.run(host_names, lambda h, t: lock.release(t, target.deployment, owner))
+
+
+def _take_locks(session: Session, hosts: Sequence[str], deployment: str, owner: str, force: bool) -> None:
+    def take(h: str, t: Transport) -> None:
+        if force:
+            lock.break_lock(t, deployment)
+        lock.acquire(t, deployment, owner)
+
+    results = session.run(hosts, take)
+    err = first_error(results)
+    if err is not None:
+        taken = [h for h, r in results.items() if not isinstance(r, FleetError)]
+        session.run(taken, lambda h, t: lock.release(t, deployment, owner))
+        raise err
+
+
+def _survey_all(target: Target, session: Session, hosts: Sequence[str]) -> dict[str, Survey]:
+    results = session.run(hosts, lambda h, t: survey_host(t, h, target.deployment, target.units))
+    err = first_error(results)
+    if err is not None:
+        raise err
+    return {h: s for h, s in results.items() if isinstance(s, Survey)}
+
+
+def _check(target: Target, session: Session, options: Options) -> Report:
+    """``--check``: what ``up`` would do, and with ``--diff`` every file that would change.
+    Read operations only."""
+    hosts = sorted({h.name for h in target.hosts})
+    surveys = _survey_all(target, session, hosts)
+    decision = decide(target.units, surveys)
+    flat = [r for g in decision.groups for r in _planned(g)]
+    flat += [
+        UnitReport(host=m.host, unit=m.unit, group=m.group, action="remove", outcome="planned", reason="not in the plan")
+        for m in decision.orphans
+    ]
+    text = ""
+    if options.diff:
+        text = _diffs(target, session, decision, surveys)
+    return Report(units=tuple(flat), diff=text)
+
+
+def _planned(g: GroupChange) -> list[UnitReport]:
+    return [
+        UnitReport(
+            host=d.host,
+            unit=d.name,
+            group=g.group,
+            action=g.action,
+            outcome="unchanged" if g.action == "unchanged" else "planned",
+            reason=g.reason,
+        )
+        for d in g.units
+    ]
+
+
+def _diffs(target: Target, session: Session, decision: Decision, surveys: Mapping[str, Survey]) -> str:
+    wanted: dict[str, list[File]] = {}
+    old_paths: dict[str, set[str]] = {}
+    for g in decision.changing:
+        for d in g.units:
+            files = list(d.files)
+            sf = secrets_file(d, target.secrets)
+            if sf is not None:
+                files.append(sf)
+            wanted.setdefault(d.host, []).extend(files)
+            old = surveys[d.host].manifests.get(d.name)
+            old_paths.setdefault(d.host, set()).update(old.files if old else ())
+    for m in decision.orphans:
+        old_paths.setdefault(m.host, set()).update(m.files)
+    hosts = sorted(set(wanted) | set(old_paths))
+
+    def read(h: str, t: Transport) -> dict[str, bytes | None]:
+        paths = sorted({f.path for f in wanted.get(h, [])} | old_paths.get(h, set()))
+        return parse_files(check(t, read_files_argv(paths), label="read current files")) if paths else {}
+
+    current = session.run(hosts, read)
+    err = first_error(current)
+    if err is not None:
+        raise err
+    secrets = tuple(target.secrets.values())
+    chunks = []
+    for h in hosts:
+        now = current[h]
+        assert isinstance(now, dict)
+        new = {f.path: f.content for f in wanted.get(h, [])}
+        for path in sorted(set(new) | old_paths.get(h, set())):
+            is_secret = path.endswith("/" + SECRETS_FILE)
+            chunks.append(file_diff(h, path, now.get(path), new.get(path), secrets, env_values=is_secret))
+    return "".join(chunks)
+
+
+def _apply(target: Target, session: Session, options: Options, progress: Progress, owner: str) -> Report:
+    hosts = sorted({h.name for h in target.hosts})
+    surveys = _survey_all(target, session, hosts)
+    decision = decide(target.units, surveys)
+    secrets = tuple(target.secrets.values())
+    reports: dict[tuple[str, str], UnitReport] = {}
+    errors: list[str] = []
+    for g in decision.groups:
+        for r in _planned(g):
+            reports[(r.host, r.unit)] = r if g.action != "unchanged" else replace(
+                r, generation=_gen(surveys, r.host, r.unit)
+            )
+            if g.action == "unchanged":
+                progress.update(Event(host=r.host, unit=r.unit, state="unchanged"))
+
+    def fail(keys: Sequence[tuple[str, str]], message: str, outcome: Outcome = "failed", detail: str = "") -> None:
+        for k in keys:
+            reports[k] = replace(reports[k], outcome=outcome, detail=mask(detail, secrets))
+            progress.update(Event(host=k[0], unit=k[1], state=outcome))
+        if outcome == "failed":
+            errors.append(mask(message, secrets))
+
+    # Pull before stopping anything, so a missing image never leaves a group down.
+    changing = decision.changing
+    pulled = _pull(session, changing, progress)
+    for g in changing:
+        bad = [pulled[d.host] for d in g.units if isinstance(pulled.get(d.host), FleetError)]
+        if bad:
+            fail([(d.host, d.name) for d in g.units], str(bad[0]))
+    ok_groups = [g for g in changing if all(reports[(d.host, d.name)].outcome == "planned" for d in g.units)]
+
+    for m, res in _remove_orphans(session, decision.orphans, progress).items():
+        outcome: Outcome = "failed" if isinstance(res, FleetError) else "removed"
+        reports[(m.host, m.unit)] = UnitReport(
+            host=m.host, unit=m.unit, group=m.group, action="remove", outcome=outcome, reason="not in the plan"
+        )
+        if isinstance(res, FleetError):
+            errors.append(mask(str(res), secrets))
+
+    steps = sorted({g.step for g in ok_groups})
+    stopped_line = bool(errors)
+    for step in steps:
+        batch = [g for g in ok_groups if g.step == step]
+        if stopped_line:
+            fail([(d.host, d.name) for g in batch for d in g.units], "", outcome="skipped")
+            continue
+        verdicts = _start_step(target, session, batch, surveys, options, progress, owner)
+        for g in batch:
+            v = verdicts[g.group]
+            keys = [(d.host, d.name) for d in g.units]
+            if v.healthy:
+                for k in keys:
+                    reports[k] = replace(reports[k], outcome="healthy", generation=_next_gen(surveys, g, k))
+            else:
+                fail(keys, str(v.error), detail=v.detail)
+        if any(not verdicts[g.group].healthy for g in batch):
+            stopped_line = True
+    ordered = [reports[(d.host, d.name)] for d in target.units] + [
+        r for k, r in reports.items() if r.action == "remove"
+    ]
+    return Report(units=tuple(ordered), errors=tuple(errors))
+
+
+def _gen(surveys: Mapping[str, Survey], host: str, unit: str) -> int | None:
+    m = surveys[host].manifests.get(unit)
+    return m.generation if m else None
+
+
+def _next_gen(surveys: Mapping[str, Survey], g: GroupChange, key: tuple[str, str]) -> int:
+    d = next(d for d in g.units if (d.host, d.name) == key)
+    return _generation(surveys[d.host].manifests.get(d.name), d)
+
+
+def _generation(old: Manifest | None, d: Desired) -> int:
+    if old is None:
+        return 1
+    return old.generation if old.render_hash == d.render_hash else old.generation + 1
+
+
+def _pull(session: Session, changing: Sequence[GroupChange], progress: Progress) -> dict[str, object | FleetError]:
+    images: dict[str, list[tuple[str, str]]] = {}  # host -> (image, unit)
+    for g in changing:
+        for d in g.units:
+            if d.image is not None:
+                images.setdefault(d.host, []).append((d.image, d.name))
+
+    def pull(h: str, t: Transport) -> None:
+        done: dict[str, str] = {}
+        for image, unit in images[h]:
+            if image not in done:
+                progress.update(Event(host=h, unit=unit, state="pulling", detail=image))
+                done[image] = ensure_image(t, image)
+            progress.update(Event(host=h, unit=unit, state="image " + done[image]))
+
+    return session.run(sorted(images), pull)
+
+
+def _remove_orphans(
+    session: Session, orphans: Sequence[Manifest], progress: Progress
+) -> dict[Manifest, object | FleetError]:
+    out: dict[Manifest, object | FleetError] = {}
+    # Reverse start order is not known for orphans; gateway/router names sort after engines'
+    # only by accident, so remove them all at once per host: they are not in the plan anyway.
+    by_host: dict[str, list[Manifest]] = {}
+    for m in orphans:
+        by_host.setdefault(m.host, []).append(m)
+
+    def remove(h: str, t: Transport) -> None:
+        for m in by_host[h]:
+            progress.update(Event(host=h, unit=m.unit, state="removing"))
+            retire(t, m)
+            progress.update(Event(host=h, unit=m.unit, state="removed"))
+
+    results = session.run(sorted(by_host), remove)
+    for h, res in results.items():
+        for m in by_host[h]:
+            out[m] = res
+    return out
+
+
+def retire(t: Transport, m: Manifest) -> None:
+    """Stops and removes a unit; keeps its last files in ``prev/`` (secrets never kept)."""
+    check(t, stop_argv(m.runtime, m.unit), label=f"stop {m.unit}")
+    unit_dir = _unit_dir(m)
+    check(t, rotate_argv(unit_dir, m.files), label=f"keep {unit_dir}/prev")
+    check(t, remove_argv((*m.files, manifest_path(unit_dir))), label=f"rm {unit_dir}/*")
+
+
+def _unit_dir(m: Manifest) -> str:
+    return f"{deployment_dir(m.deployment)}/{m.unit}"
+
+
+def _start_step(
+    target: Target,
+    session: Session,
+    batch: Sequence[GroupChange],
+    surveys: Mapping[str, Survey],
+    options: Options,
+    progress: Progress,
+    owner: str,
+) -> dict[str, Verdict]:
+    units = [d for g in batch for d in g.units]
+    by_host: dict[str, list[Desired]] = {}
+    for d in units:
+        by_host.setdefault(d.host, []).append(d)
+    hosts = sorted(by_host)
+    secrets = tuple(target.secrets.values())
+    verdicts: dict[str, Verdict] = {}
+    try:
+        # Stop every rank of the changing groups first: no old rank may rendezvous with a new one.
+        stop = session.run(hosts, lambda h, t: _stop_units(t, by_host[h], progress))
+        when = _now()
+        installed = session.run(
+            hosts,
+            lambda h, t: _install(t, by_host[h], surveys[h], target, owner.split(" ")[0], when, progress),
+        )
+        started = session.run(
+            [h for h in hosts if not isinstance(stop[h], FleetError) and not isinstance(installed[h], FleetError)],
+            lambda h, t: _start_units(t, by_host[h], secrets, progress),
+        )
+        broken: dict[str, FleetError] = {}
+        for h in hosts:
+            err = next((r for r in (stop[h], installed[h], started.get(h)) if isinstance(r, FleetError)), None)
+            if err is not None:
+                for d in by_host[h]:
+                    broken.setdefault(d.unit.group, err)
+        for g in batch:
+            if g.group in broken:
+                verdicts[g.group] = Verdict(error=broken[g.group])
+        pending = {g.group: g.units for g in batch if g.group not in verdicts}
+        verdicts.update(
+            gate(pending, session.transports, timeout_override=options.timeout_s, forks=session.forks, progress=progress)
+        )
+    finally:
+        # Whatever did not come up healthy (failure or Ctrl-C) is torn down: nothing half-up.
+        failed = [d for g in batch if not (v := verdicts.get(g.group)) or not v.healthy for d in g.units]
+        if failed:
+            teardown: dict[str, list[Desired]] = {}
+            for d in failed:
+                teardown.setdefault(d.host, []).append(d)
+            session.run(sorted(teardown), lambda h, t: _stop_units(t, teardown[h], progress))
+    return verdicts
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _stop_units(t: Transport, units: Sequence[Desired], progress: Progress) -> None:
+    for d in reversed(units):
+        progress.update(Event(host=d.host, unit=d.name, state="stopping"))
+        check(t, stop_argv(d.unit.runtime, d.name), label=f"stop {d.name}")
+
+
+def _install(
+    t: Transport,
+    units: Sequence[Desired],
+    survey: Survey,
+    target: Target,
+    who: str,
+    when: str,
+    progress: Progress,
+) -> None:
+    for d in units:
+        progress.update(Event(host=d.host, unit=d.name, state="installing"))
+        old = survey.manifests.get(d.name)
+        files = list(d.files)
+        sf = secrets_file(d, target.secrets)
+        if sf is not None:
+            files.append(sf)
+        if old is not None and old.render_hash != d.render_hash:
+            check(t, rotate_argv(d.dir, old.files), label=f"keep {d.dir}/prev")
+        for f in files:
+            t.put(f.path, f.content, f.mode)
+        paths = tuple(f.path for f in files)
+        stale = [p for p in (old.files if old else ()) if p not in paths]
+        if stale:
+            check(t, remove_argv(stale), label="rm stale files")
+        manifest = Manifest(
+            deployment=target.deployment,
+            unit=d.name,
+            host=d.host,
+            group=d.unit.group,
+            role=d.unit.role,
+            rank=d.unit.rank,
+            runtime=d.unit.runtime,
+            render_hash=d.render_hash,
+            recipe=target.recipe,
+            image=d.image,
+            generation=_generation(old, d),
+            deployed_by=who,
+            deployed_at=when,
+            files=paths,
+        )
+        t.put(manifest_path(d.dir), dumps(manifest).encode(), 0o644)
+
+
+def _start_units(t: Transport, units: Sequence[Desired], secrets: Sequence[str], progress: Progress) -> None:
+    for d in units:
+        progress.update(Event(host=d.host, unit=d.name, state="starting"))
+        for argv in start_argvs(d.unit.runtime, d.name, d.script):
+            check(t, argv, secrets=secrets)
+
+
+# ---------------------------------------------------------------------------------------------
+# down / unlock
+
+
+def down(target: Target, connect: Connect, options: Options, progress: Progress = QuietProgress()) -> Report:
+    """Stops and removes every unit of the deployment on the target's hosts, gateway first,
+    engines and Mooncake last.  Keeps images, caches, weights and each unit's last files in
+    ``prev/``; removes the current files, the manifest and the secrets file."""
+    hosts = sorted({h.name for h in target.hosts})
+    owner = lock.owner_line()
+    with Session(target.hosts, connect, options.forks) as session:
+        session.require_all()
+        _take_locks(session, hosts, target.deployment, owner, options.break_lock)
+        try:
+            surveys = _survey_all(target, session, hosts)
+            order = {d.name: d.unit.start_order for d in target.units}
+            found = [m for s in surveys.values() for m in s.manifests.values()]
+            reports: list[UnitReport] = []
+            errors: list[str] = []
+            for step in sorted({order.get(m.unit, 99) for m in found}, reverse=True):
+                batch: dict[str, list[Manifest]] = {}
+                for m in found:
+                    if order.get(m.unit, 99) == step:
+                        batch.setdefault(m.host, []).append(m)
+
+                def remove(h: str, t: Transport, batch: dict[str, list[Manifest]] = batch) -> None:
+                    for m in batch[h]:
+                        progress.update(Event(host=h, unit=m.unit, state="removing"))
+                        retire(t, m)
+                        progress.update(Event(host=h, unit=m.unit, state="removed"))
+
+                results = session.run(sorted(batch), remove)
+                for h, ms in batch.items():
+                    res = results[h]
+                    for m in ms:
+                        outcome: Outcome = "failed" if isinstance(res, FleetError) else "removed"
+                        reports.append(
+                            UnitReport(host=h, unit=m.unit, group=m.group, action="remove", outcome=outcome)
+                        )
+                    if isinstance(res, FleetError):
+                        errors.append(str(res))
+            return Report(units=tuple(reports), errors=tuple(errors))
+        finally:
+            session.run(hosts, lambda h, t: lock.release(t, target.deployment, owner))
+
+
+def unlock(target: Target, connect: Connect, forks: int = 8) -> dict[str, str | None]:
+    """Breaks the deploy lock on every host; returns the previous owner per host (None: none)."""
+    with Session(target.hosts, connect, forks) as session:
+        session.require_all()
+        results = session.run(sorted(session.transports), lambda h, t: lock.break_lock(t, target.deployment))
+        err = first_error(results)
+        if err is not None:
+            raise err
+        return {h: r if isinstance(r, str) else None for h, r in results.items()}
+

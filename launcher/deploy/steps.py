@@ -1,0 +1,282 @@
+"""Remote steps as argv lists, per runtime: liveness, health probe, image pull, stop, logs, and
+installing a unit's files with the previous generation kept in ``<unit dir>/prev/``.
+
+Contract: builders are pure (argv out, no I/O); the ``run_*`` helpers do one round trip each
+through a :class:`Shell` and parse the answer.  What a host needs: a POSIX ``sh`` with coreutils,
+``docker`` (docker runtime) or ``systemctl``/``journalctl`` (systemd runtime), and one of
+``curl``, ``wget`` or ``python3`` for health probes.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+from launcher.deploy.manifest import MANIFEST
+from launcher.deploy.remote import STEP_TIMEOUT_S, check, failure, sh
+from launcher.errors import RemoteError
+from launcher.execute.transport import Transport
+from launcher.model import Runtime
+
+State = Literal["running", "starting", "restarting", "exited", "missing"]
+
+SECRETS_FILE = "secrets.env"
+PREV = "prev"
+
+NO_PROBE_TOOL = 127  # probe exit status when the host has none of curl/wget/python3
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Liveness:
+    state: State
+    exit_code: int | None = None
+    restarts: int = 0
+
+
+MISSING = Liveness(state="missing")
+
+
+def service(name: str) -> str:
+    return f"{name}.service"
+
+
+# ---------------------------------------------------------------------------------------------
+# liveness
+
+_DOCKER_FMT = "{{.Name}}|{{.State.Status}}|{{.State.ExitCode}}|{{.RestartCount}}"
+
+
+def liveness_argv(runtime: Runtime, names: Sequence[str]) -> tuple[str, ...]:
+    if runtime == "docker":
+        # Missing names make docker exit 1 after printing the others: success is judged by
+        # parsing, so the exit status is ignored (but a dead daemon still shows on stderr).
+        return sh('f=$1; shift; docker inspect --type container -f "$f" "$@" 2>&1; true', _DOCKER_FMT, *names)
+    return (
+        "systemctl",
+        "show",
+        "--property=Id,ActiveState,SubState,ExecMainStatus,NRestarts,LoadState",
+        *(service(n) for n in names),
+    )
+
+
+def parse_liveness(runtime: Runtime, names: Sequence[str], out: str) -> dict[str, Liveness]:
+    found: dict[str, Liveness] = {}
+    if runtime == "docker":
+        for line in out.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) != 4 or not parts[0].startswith("/"):
+                continue
+            name, status, code, restarts = parts[0][1:], parts[1], parts[2], parts[3]
+            found[name] = Liveness(state=_docker_state(status), exit_code=_int(code), restarts=_int(restarts) or 0)
+    else:
+        for block in out.split("\n\n"):
+            props = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+            name = props.get("Id", "").removesuffix(".service")
+            if not name or props.get("LoadState") == "not-found":
+                continue
+            found[name] = Liveness(
+                state=_systemd_state(props.get("ActiveState", ""), props.get("SubState", "")),
+                exit_code=_int(props.get("ExecMainStatus", "")),
+                restarts=_int(props.get("NRestarts", "")) or 0,
+            )
+    return {n: found.get(n, MISSING) for n in names}
+
+
+def _docker_state(status: str) -> State:
+    if status == "running":
+        return "running"
+    if status == "restarting":
+        return "restarting"
+    if status == "created":
+        return "starting"
+    return "exited"  # exited, dead, paused, removing
+
+
+def _systemd_state(active: str, sub: str) -> State:
+    if active == "active":
+        return "running"
+    if active == "activating":
+        return "restarting" if sub == "auto-restart" else "starting"
+    return "exited"
+
+
+def _int(text: str) -> int | None:
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None
+
+
+def run_liveness(shell: Transport, runtime: Runtime, names: Sequence[str]) -> dict[str, Liveness]:
+    if not names:
+        return {}
+    argv = liveness_argv(runtime, names)
+    result = shell.run(argv, timeout=STEP_TIMEOUT_S)
+    out = result.stdout_text
+    if runtime == "docker" and "Cannot connect to the Docker daemon" in out:
+        raise RemoteError(shell.host, "docker inspect", result.exit_status, out.strip().splitlines()[-1])
+    if runtime == "systemd" and not result.ok:
+        raise failure(result, "systemctl show")
+    return parse_liveness(runtime, names, out)
+
+
+# ---------------------------------------------------------------------------------------------
+# health
+
+_PROBE = (
+    'if command -v curl >/dev/null 2>&1; then exec curl -fsS -o /dev/null -m "$2" "$1"; '
+    'elif command -v wget >/dev/null 2>&1; then exec wget -q -O /dev/null -T "$2" "$1"; '
+    "elif command -v python3 >/dev/null 2>&1; then exec python3 -c "
+    '"import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=float(sys.argv[2]))" "$1" "$2"; '
+    'else echo "none of curl, wget, python3 on this host to probe $1" >&2; exit 127; fi'
+)
+
+
+def probe_argv(url: str, timeout_s: int = 5) -> tuple[str, ...]:
+    """An HTTP GET from the host itself; exit 0 on a 2xx answer."""
+    return sh(_PROBE, url, str(timeout_s))
+
+
+# ---------------------------------------------------------------------------------------------
+# images
+
+_PULL = 'if docker image inspect "$1" >/dev/null 2>&1; then echo present; else docker pull -q "$1" >/dev/null && echo pulled; fi'
+
+
+PULL_TIMEOUT_S = 3600.0  # multi-GB engine images on a slow registry mirror
+
+
+def ensure_image(shell: Transport, image: str) -> str:
+    """``present`` or ``pulled``; a failed pull raises."""
+    return check(shell, sh(_PULL, image), label=f"docker pull {image}", timeout=PULL_TIMEOUT_S).strip()
+
+
+# ---------------------------------------------------------------------------------------------
+# start / stop / logs
+
+_DOCKER_RM = (
+    'out=$(docker rm -f "$1" 2>&1) || case "$out" in *"No such container"*) ;; '
+    '*) printf "%s\\n" "$out" >&2; exit 1 ;; esac'
+)
+_SYSTEMD_STOP = (
+    'out=$(systemctl disable --now "$1" 2>&1) || case "$out" in *"not loaded"*|*"does not exist"*|*"not found"*) ;; '
+    '*) printf "%s\\n" "$out" >&2; exit 1 ;; esac'
+)
+
+
+def stop_argv(runtime: Runtime, name: str) -> tuple[str, ...]:
+    """Stops and removes a unit; succeeds when it is already gone."""
+    if runtime == "docker":
+        return sh(_DOCKER_RM, name)
+    return sh(_SYSTEMD_STOP, service(name))
+
+
+def start_argvs(runtime: Runtime, name: str, script: str | None) -> tuple[tuple[str, ...], ...]:
+    """Docker: run the rendered ``docker run`` script.  Systemd: enable the unit so it comes back
+    at boot, and start it now."""
+    if runtime == "docker":
+        if script is None:
+            raise ValueError(f"{name}: a docker unit needs its run script")
+        return (("sh", script),)
+    return (("systemctl", "daemon-reload"), ("systemctl", "enable", "--now", service(name)))
+
+
+def logs_argv(runtime: Runtime, name: str, lines: int, *, since: str | None = None) -> tuple[str, ...]:
+    """Recent log lines (stdout and stderr merged).  ``since``: docker timestamp / journal cursor
+    of the last line already shown (for ``-f`` by polling)."""
+    if runtime == "docker":
+        args = ["docker", "logs", "--timestamps"]
+        args += ["--since", since] if since else ["--tail", str(lines)]
+        return sh('exec "$@" 2>&1', *args, name)
+    args = ["journalctl", "--no-pager", "--output=short-iso", "--show-cursor", "-u", service(name)]
+    args += [f"--after-cursor={since}"] if since else ["-n", str(lines)]
+    return tuple(args)
+
+
+def parse_log(runtime: Runtime, out: str) -> list[tuple[str, str]]:
+    """``(position, text)`` per line: docker's timestamp, or the journal cursor on the last
+    line (journalctl prints it as a trailer); the position is what ``since`` takes next time."""
+    lines: list[tuple[str, str]] = []
+    if runtime == "docker":
+        for line in out.splitlines():
+            stamp, sep, text = line.partition(" ")
+            lines.append((stamp, text) if sep and stamp[:1].isdigit() else ("", line))
+        return lines
+    cursor = ""
+    for line in out.splitlines():
+        if line.startswith("-- cursor: "):
+            cursor = line.removeprefix("-- cursor: ").strip()
+        elif line != "-- No entries --":
+            lines.append(("", line))
+    if lines and cursor:
+        lines[-1] = (cursor, lines[-1][1])
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# files
+
+_ROTATE = (
+    'd=$1; shift; rm -rf "$d/prev" && mkdir -p "$d" && mkdir -m 0700 "$d/prev" || exit 1; '
+    'for f in "$@"; do [ -f "$f" ] || continue; mkdir -p "$d/prev$(dirname "$f")" && cp -p "$f" "$d/prev$f" || exit 1; done; '
+    'if [ -f "$d/manifest.json" ]; then mv "$d/manifest.json" "$d/prev/manifest.json"; fi'
+)
+_REMOVE = 'for f in "$@"; do rm -f "$f" || exit 1; done'
+
+
+def rotate_argv(unit_dir: str, old_files: Sequence[str]) -> tuple[str, ...]:
+    """Copies the current generation's files (never the secrets file) and manifest into
+    ``<unit dir>/prev/<absolute path>``, replacing the generation kept there before."""
+    keep = [f for f in old_files if not f.endswith("/" + SECRETS_FILE)]
+    return sh(_ROTATE, unit_dir, *keep)
+
+
+def remove_argv(paths: Sequence[str]) -> tuple[str, ...]:
+    return sh(_REMOVE, *paths)
+
+
+def manifest_path(unit_dir: str) -> str:
+    return f"{unit_dir}/{MANIFEST}"
+
+
+_READ_MANIFESTS = 'for f in "$1"/*/manifest.json; do [ -f "$f" ] && { printf "\\n"; cat "$f"; }; done; true'
+
+
+def read_manifests_argv(deployment_dir: str) -> tuple[str, ...]:
+    """Every unit manifest of one deployment on the host, one JSON document per line."""
+    return sh(_READ_MANIFESTS, deployment_dir)
+
+
+_HASHES = 'for f in "$@"; do if [ -f "$f" ]; then sha256sum "$f"; else echo "- $f"; fi; done'
+
+
+def hashes_argv(paths: Sequence[str]) -> tuple[str, ...]:
+    """``sha256  path`` per existing file, ``- path`` per missing one."""
+    return sh(_HASHES, *paths)
+
+
+def parse_hashes(out: str) -> dict[str, str | None]:
+    found: dict[str, str | None] = {}
+    for line in out.splitlines():
+        digest, _, path = line.partition(" ")
+        if path:
+            found[path.lstrip(" *")] = None if digest == "-" else digest
+    return found
+
+
+_READ = 'for f in "$@"; do if [ -f "$f" ]; then printf "%s " "$(base64 -w0 < "$f")"; else printf "- "; fi; printf "%s\\n" "$f"; done'
+
+
+def read_files_argv(paths: Sequence[str]) -> tuple[str, ...]:
+    """Each file's content as ``<base64> <path>`` (``- <path>`` when absent), one per line."""
+    return sh(_READ, *paths)
+
+
+def parse_files(out: str) -> dict[str, bytes | None]:
+    found: dict[str, bytes | None] = {}
+    for line in out.splitlines():
+        data, _, path = line.partition(" ")
+        if path:
+            found[path] = None if data == "-" else base64.b64decode(data)
+    return found

@@ -1,0 +1,165 @@
+"""What the operator sees: redaction, progress (rich live / plain lines / quiet), tables, JSON.
+
+Contract: every string that may carry a secret goes through :func:`mask` before it is shown or
+logged; progress sinks are thread-safe (fan-out threads report concurrently); nothing here
+decides exit codes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import threading
+from dataclasses import dataclass
+from typing import IO, Iterable, Mapping, Protocol, Sequence
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+MASK = "***"
+
+_ENV_LINE = re.compile(r"^(\s*(?:export\s+)?[A-Za-z_][A-Za-z0-9_]*=)(.*)$")
+
+
+def mask(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every secret value replaced by ``***`` (longest first, so a secret that
+    contains another is masked whole)."""
+    for value in sorted({s for s in secrets if s}, key=len, reverse=True):
+        text = text.replace(value, MASK)
+    return text
+
+
+def mask_env_values(text: str) -> str:
+    """An env file with every value masked (``NAME=***``): for files that hold only secrets."""
+    out = []
+    for line in text.splitlines(keepends=True):
+        m = _ENV_LINE.match(line.rstrip("\n"))
+        out.append(f"{m.group(1)}{MASK}\n" if m else line)
+    return "".join(out)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    """One step of one unit on one host, e.g. ``h1 fleet-x-single-r0 starting``."""
+
+    host: str
+    unit: str
+    state: str
+    detail: str = ""
+
+
+class Progress(Protocol):
+    """Where orchestration reports steps.  Implementations must be thread-safe."""
+
+    def update(self, event: Event) -> None: ...
+
+    def note(self, line: str) -> None: ...
+
+
+class QuietProgress:
+    """``--quiet``/``--json``: nothing while working; the caller prints the result."""
+
+    def update(self, event: Event) -> None:
+        pass
+
+    def note(self, line: str) -> None:
+        pass
+
+
+class LinesProgress:
+    """One line per event (``host/unit: state detail``) on a stream: for logs and non-TTYs."""
+
+    def __init__(self, stream: IO[str] | None = None) -> None:
+        self._stream = stream if stream is not None else sys.stderr
+        self._lock = threading.Lock()
+
+    def update(self, event: Event) -> None:
+        detail = f" {event.detail}" if event.detail else ""
+        self._write(f"{event.host}/{event.unit}: {event.state}{detail}")
+
+    def note(self, line: str) -> None:
+        self._write(line)
+
+    def _write(self, line: str) -> None:
+        with self._lock:
+            self._stream.write(line + "\n")
+            self._stream.flush()
+
+
+class LiveProgress:
+    """A rich live table, one row per host/unit, redrawn as events arrive.  Use as a context
+    manager around the work so the table is finalised (and the cursor restored) on Ctrl-C."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self._console = console if console is not None else Console(stderr=True)
+        self._rows: dict[tuple[str, str], Event] = {}
+        self._lock = threading.Lock()
+        self._live = Live(self._table(), console=self._console, refresh_per_second=4, transient=False)
+
+    def __enter__(self) -> LiveProgress:
+        self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._live.update(self._table())
+        self._live.__exit__(None, None, None)
+
+    def update(self, event: Event) -> None:
+        with self._lock:
+            self._rows[(event.host, event.unit)] = event
+            self._live.update(self._table())
+
+    def note(self, line: str) -> None:
+        with self._lock:
+            self._live.console.print(line, markup=False, highlight=False)
+
+    def _table(self) -> Table:
+        table = Table(box=None, pad_edge=False)
+        for col in ("host", "unit", "state", "detail"):
+            table.add_column(col)
+        for ev in self._rows.values():
+            table.add_row(ev.host, ev.unit, _styled(ev.state), ev.detail)
+        return table
+
+
+_STYLES = {
+    "healthy": "green",
+    "running": "green",
+    "unchanged": "dim",
+    "failed": "bold red",
+    "unreachable": "bold red",
+    "exited": "red",
+    "missing": "yellow",
+    "stopped": "yellow",
+}
+
+
+def _styled(state: str) -> str:
+    style = _STYLES.get(state)
+    return f"[{style}]{state}[/{style}]" if style else state
+
+
+def table(columns: Sequence[str], rows: Iterable[Sequence[str]], *, title: str | None = None) -> Table:
+    """A plain rich table (no markup interpretation of cell text)."""
+    t = Table(title=title, box=None, pad_edge=False)
+    for col in columns:
+        t.add_column(col)
+    for row in rows:
+        t.add_row(*(_escape(c) for c in row))
+    return t
+
+
+def _escape(text: str) -> str:
+    return text.replace("[", r"\[")
+
+
+def print_table(t: Table, stream: IO[str] | None = None) -> None:
+    Console(file=stream if stream is not None else sys.stdout, soft_wrap=True).print(t)
+
+
+def dumps(value: Mapping[str, object] | Sequence[object]) -> str:
+    """Machine-readable output: stable key order, one document."""
+    return json.dumps(value, indent=2, sort_keys=True)
