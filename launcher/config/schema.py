@@ -103,9 +103,11 @@ def expects(tp: Any) -> str:
         return "null"
     origin = _origin(tp)
     if origin is Literal:
-        return "one of " + ", ".join(show(a) for a in typing.get_args(tp))
+        args = typing.get_args(tp)
+        return show(args[0]) if len(args) == 1 else "one of " + ", ".join(show(a) for a in args)
     if origin in (Union, types.UnionType):
-        return " or ".join(expects(a) for a in typing.get_args(tp))
+        # null is always allowed where a union has it; naming it only lengthens the message
+        return " or ".join(expects(a) for a in typing.get_args(tp) if a is not type(None))
     if origin is tuple:
         return "a list"
     if dataclasses.is_dataclass(tp) or origin in (dict, AbcMapping) or tp is dict:

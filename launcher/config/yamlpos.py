@@ -130,9 +130,11 @@ class _Builder:
         if isinstance(node, yaml.SequenceNode):
             return Seq(items=tuple(self.build(n) for n in node.value), source=src)
         assert isinstance(node, yaml.MappingNode)
-        # `<<` merge keys: PyYAML's own flattening, done on the composed node.
+        # `<<` merge keys: PyYAML's own flattening; merged-in keys may be overridden, while a key
+        # written twice in this mapping is an error.
+        written = {id(k) for k, _ in node.value if k.tag != "tag:yaml.org,2002:merge"}
         self.loader.flatten_mapping(node)
-        items: list[tuple[Scalar, Node]] = []
+        items: dict[object, tuple[Scalar, Node]] = {}
         first: dict[object, Source] = {}
         for knode, vnode in node.value:
             key = self.build(knode)
@@ -143,12 +145,12 @@ class _Builder:
             except TypeError:
                 raise InputError(key.source, f"unusable mapping key {show(key.value)}") from None
             if seen is not None:
-                raise InputError(
-                    key.source, f"duplicate key {show(key.value)} (first at line {seen.line})"
-                )
-            first[key.value] = key.source
-            items.append((key, self.build(vnode)))
-        return Map(items=tuple(items), source=src)
+                raise InputError(key.source, f"duplicate key {show(key.value)} (first at line {seen.line})")
+            if id(knode) in written:
+                first[key.value] = key.source
+            items.pop(key.value, None)
+            items[key.value] = (key, self.build(vnode))
+        return Map(items=tuple(items.values()), source=src)
 
 
 def parse_yaml(text: str, path: str) -> Node | None:

@@ -41,3 +41,21 @@ def test_same_hosts_groups_and_vars_as_ansible(path: Path) -> None:
 def test_fixtures_are_all_found() -> None:
     # The parametrisation above must not silently shrink.
     assert len([p for p in INVENTORIES if "fixtures" in str(p)]) >= 4
+
+
+def test_example_yaml_and_ini_are_the_same_fleet() -> None:
+    yaml_inv = load_inventory(REPO / "inventories" / "example.yaml")
+    ini_inv = load_inventory(REPO / "inventories" / "example.ini")
+    assert [h.name for h in yaml_inv.hosts] == [h.name for h in ini_inv.hosts]
+    for a, b in zip(yaml_inv.hosts, ini_inv.hosts):
+        assert (a.address, a.port, a.user, a.key_file, a.ssh_common_args, a.groups) == (
+            b.address,
+            b.port,
+            b.user,
+            b.key_file,
+            b.ssh_common_args,
+            b.groups,
+        ), a.name
+        assert dict(a.vars) == dict(b.vars), a.name
+        assert a.spec == b.spec, a.name
+    assert {n: g.hosts for n, g in yaml_inv.groups.items()} == {n: g.hosts for n, g in ini_inv.groups.items()}
