@@ -88,10 +88,10 @@ class FanoutResult(Generic[T_co]):
         return {o.host.name: o.value for o in self.ok}
 
 
-class FanoutInterrupted(KeyboardInterrupt):
+class FanoutInterrupted(KeyboardInterrupt, Generic[T]):
     """Ctrl-C during :func:`run_all`; ``partial`` holds the hosts that had finished."""
 
-    def __init__(self, partial: FanoutResult[object]) -> None:
+    def __init__(self, partial: FanoutResult[T]) -> None:
         super().__init__()
         self.partial = partial
 

@@ -1,0 +1,110 @@
+"""Real OpenSSH servers on 127.0.0.1 high ports for the execution-layer tests.
+
+Each sshd has its own ed25519 host key, accepts only the session's client key, allows TCP
+forwarding (to serve as a jump host) and sets ``FLEET_TEST_HOST`` so a command can tell which
+server it reached.  Every process is started here and killed here, by PID.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher.execute.ssh import SshOptions
+from launcher.model import Host
+
+SSHD = "/usr/sbin/sshd"
+FLEET_SIZE = 4
+
+
+def _keygen(path: Path) -> str:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "", "-f", str(path)],
+                   check=True)
+    return Path(f"{path}.pub").read_text().strip()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Sshd:
+    name: str
+    port: int
+    proc: subprocess.Popen[bytes]
+    host_key: str  # "ssh-ed25519 AAAA…"
+    log: Path
+    client_key: Path
+
+    def host(self, name: str | None = None, **kw: object) -> Host:
+        return Host(name=name or self.name, address="127.0.0.1", port=self.port, user="root",
+                    key_file=str(self.client_key), **kw)  # type: ignore[arg-type]
+
+    @property
+    def known_line(self) -> str:
+        return f"[127.0.0.1]:{self.port} {self.host_key}"
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+class SshdFactory:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.client_key = root / "client_ed25519"
+        self.client_pub = _keygen(self.client_key)
+        self.started: list[Sshd] = []
+
+    def start(self, name: str, extra_config: str = "", log_level: str = "VERBOSE") -> Sshd:
+        """``log_level`` DEBUG1 also sends debug lines to the clients' stderr."""
+        d = self.root / name
+        d.mkdir()
+        host_pub = _keygen(d / "host_ed25519")
+        port = _free_port()
+        config = d / "sshd_config"
+        config.write_text(
+            f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_ed25519\n"
+            f"AuthorizedKeysFile {self.client_key}.pub\nPubkeyAuthentication yes\n"
+            "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
+            "StrictModes no\nPidFile none\nPermitRootLogin prohibit-password\n"
+            "AllowTcpForwarding yes\nMaxStartups 200:30:400\nMaxSessions 50\n"
+            f"LogLevel {log_level}\nSetEnv FLEET_TEST_HOST={name}\n{extra_config}"
+        )
+        log = d / "sshd.log"
+        with log.open("wb") as err:
+            proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)],
+                                    stdin=subprocess.DEVNULL, stdout=err, stderr=err)
+        sshd = Sshd(name=name, port=port, proc=proc, host_key=host_pub, log=log,
+                    client_key=self.client_key)
+        self.started.append(sshd)
+        deadline = time.monotonic() + 15
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"sshd {name} exited: {log.read_text()}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return sshd
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"sshd {name} not listening on {port}: {log.read_text()}")
+                time.sleep(0.02)
+
+    def stop_all(self) -> None:
+        for sshd in self.started:
+            if sshd.proc.poll() is None:
+                os.kill(sshd.proc.pid, signal.SIGCONT)
+                sshd.proc.kill()
+            sshd.proc.wait()
+
+
+# Short timeouts keep the fault tests quick; ssh config and agent off so the machine's own
+# settings cannot change what is tested.
+TEST_OPTIONS = SshOptions(connect_timeout=3.0, banner_timeout=3.0, auth_timeout=5.0,
+                          ssh_config=None, use_agent=False, look_for_keys=False)
