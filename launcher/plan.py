@@ -721,6 +721,7 @@ def plan(
     leaders = [u for u in engine_units if u.health is not None]
 
     upstreams: tuple[str, ...]
+    gw_wants: tuple[str, ...]
     if recipe.topology == "pd":
         host = _infra_host("router", playbook, inventory, decode_first)
         r = _router_unit(
