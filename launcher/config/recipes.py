@@ -59,7 +59,7 @@ def load_catalog(root: Path | None = None) -> Catalog:
     loaded: list[tuple[Recipe, Map]] = []
     for family_dir in sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")):
         for path in sorted(family_dir.glob("*.yaml")):
-            loaded.append(load_recipe(path, family_dir.name, rel_to=base.parent))
+            loaded.append(load_recipe(path, family_dir.name))
     by_entry: dict[int, Recipe] = {}
     for recipe, node in loaded:
         other = by_entry.get(recipe.catalog_entry)
@@ -85,9 +85,9 @@ def load_catalog(root: Path | None = None) -> Catalog:
     return Catalog(root=str(base), recipes=MappingProxyType({r.id: r for r in ordered}))
 
 
-def load_recipe(path: Path, family: str, rel_to: Path | None = None) -> tuple[Recipe, Map]:
+def load_recipe(path: Path, family: str) -> tuple[Recipe, Map]:
     """Decode and check one recipe file; ``id`` and ``family`` come from its path."""
-    shown = str(path.relative_to(rel_to)) if rel_to is not None and path.is_relative_to(rel_to) else str(path)
+    shown = _shown(path)
     variant = path.stem
     for part, what in ((family, "family directory"), (variant, "file name")):
         if not _NAME.match(part):
@@ -110,6 +110,15 @@ def load_recipe(path: Path, family: str, rel_to: Path | None = None) -> tuple[Re
     recipe = decode_as(node, Recipe, given={"id": f"{family}/{variant}", "family": family})
     check_recipe(recipe, node)
     return recipe, node
+
+
+def _shown(path: Path) -> str:
+    """Paths in messages: relative to the working directory when below it, else absolute."""
+    absolute = path.resolve()
+    try:
+        return str(absolute.relative_to(Path.cwd()))
+    except ValueError:
+        return str(absolute)
 
 
 def _at(node: Map, path: str) -> Source:
