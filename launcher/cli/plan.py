@@ -1,0 +1,60 @@
+"""``fleet plan TARGET -i INVENTORY [--hosts PATTERN] [--json]``: who runs what, where.
+
+TARGET is a playbook file, or a recipe id placed by :func:`launcher.plan.auto_playbook` on the
+first hosts that fit it (or on ``--hosts``).  The table shows one row per unit; ``--json`` prints
+the whole plan (sorted keys).  Nothing is contacted: planning is pure.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from launcher.cli import cli
+from launcher.config.inventory import load_inventory
+from launcher.config.recipes import Catalog, load_catalog
+from launcher.errors import UsageError
+from launcher.model import Inventory, Plan, Playbook
+from launcher.output import dumps, print_table, table
+from launcher.plan import auto_playbook, plan, to_jsonable
+
+
+def _playbook(target: str, catalog: Catalog, inventory: Inventory, hosts: str | None) -> Playbook:
+    if target.endswith((".yaml", ".yml")) or Path(target).is_file():
+        if hosts is not None:
+            raise UsageError("fleet plan: --hosts places a recipe id; a playbook has its own placement")
+        from launcher.config.playbook import load_playbook
+
+        return load_playbook(Path(target), catalog, inventory)
+    return auto_playbook(catalog.get(target), inventory, hosts)
+
+
+def rows(p: Plan) -> list[tuple[str, ...]]:
+    """host, unit, role, rank, GPUs, ports, image: one row per unit, in plan order."""
+    out: list[tuple[str, ...]] = []
+    for u in p.units:
+        ports = ",".join(f"{k}={v}" for k, v in sorted(u.ports.items()))
+        gpus = ",".join(str(g) for g in u.gpus) or "-"
+        image = u.container.image if u.container else "(native)"
+        out.append((u.host, u.name, u.role, f"{u.rank}/{u.nnodes}", gpus, ports or "-", image))
+    return out
+
+
+@cli.command("plan")
+@click.argument("target")
+@click.option("-i", "--inventory", "inventory_path", required=True, help="Inventory file (YAML or INI).")
+@click.option("--hosts", default=None, help="Host pattern to place a recipe id on.")
+@click.option("--json", "as_json", is_flag=True, help="Print the full plan as JSON.")
+def plan_command(target: str, inventory_path: str, hosts: str | None, as_json: bool) -> None:
+    """Show the units TARGET (a playbook file or a recipe id) would run, host by host."""
+    inventory = load_inventory(inventory_path)
+    catalog = load_catalog()
+    result = plan(inventory, catalog, _playbook(target, catalog, inventory, hosts))
+    if as_json:
+        data = to_jsonable(result)
+        assert isinstance(data, dict)
+        click.echo(dumps(data))
+        return
+    title = f"{result.deployment} ({result.recipe}): {len(result.units)} units"
+    print_table(table(("host", "unit", "role", "rank", "gpus", "ports", "image"), rows(result), title=title))
