@@ -68,6 +68,7 @@ class SandboxState:
     route_metric: int | None = None  # metric of our `unreachable 198.18.0.0/15` guard route
     hosts: tuple[HostState, ...] = ()
     image_tags: tuple[str, ...] = ()
+    inventory: str = ""  # where the generated inventory was written
 
     @property
     def client_key(self) -> str:

@@ -1,0 +1,240 @@
+"""Bring a sandbox fleet up, tear it down, report on it.
+
+``up`` order (each step records what it made in state.json first, so a crash at any point is
+cleaned by ``down`` or by the next ``up``): image template (cached) -> guard route -> ctl
+namespace + bridge + root link -> host namespaces -> keys, fake hardware, sshd per host ->
+seeded data-roots, dockerd per host -> image tags -> known_hosts + inventory.
+
+``down`` kills by PID and by namespace membership only: containers are removed through each
+daemon's API, daemons get SIGTERM (then SIGKILL), and every process still living in one of the
+sandbox's mount or network namespaces (sshd, sessions, containerd, leftover shims, container
+processes) is killed; then the namespaces, the root link and the guard route go, the per-daemon
+cgroups are removed and the state dir is deleted.  Nothing is mounted in the root namespace.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable, Iterable, Literal, TypeVar
+
+from launcher.errors import FleetError, UsageError
+from launcher.sandbox import dockerd, fakehw, image, inventory, netns, procs, sshd, state
+from launcher.sandbox.state import HostState, SandboxState
+
+T = TypeVar("T")
+LOOPBACK_BASE_PORT = 22000
+ModeWanted = Literal["auto", "netns", "loopback"]
+
+
+def _parallel(fn: Callable[[T], Any], items: Iterable[T], workers: int = 16) -> list[Any]:
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(fn, items))
+
+
+def require_root() -> None:
+    if not sys.platform.startswith("linux") or os.geteuid() != 0:
+        raise UsageError("fleet sandbox needs Linux and root (namespaces, sshd, dockerd)")
+
+
+def up(
+    name: str = "default",
+    n: int = 8,
+    *,
+    inventory_path: Path | None = None,
+    tags: tuple[str, ...] = (),
+    mode: ModeWanted = "auto",
+    docker: bool = True,
+) -> SandboxState:
+    """Brings up ``n`` hosts; cleans a previous sandbox of the same name first."""
+    require_root()
+    state.check_name(name)
+    if n < 1:
+        raise UsageError(f"sandbox needs at least one host, got {n}")
+    if state.load(name) is not None or netns.namespaces(name):
+        down(name)
+    base = state.state_root() / name
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(parents=True)
+    template = image.ensure_template() if docker else None
+    st = SandboxState(name=name, mode="netns", dir=str(base), image_tags=(image.IMAGE, *tags))
+    try:
+        st = _network(st, mode)
+        st = _hosts(st, n)
+        st = _start_sshds(st)
+        if template is not None:
+            st = _start_dockerds(st, template)
+        Path(st.known_hosts).write_text("".join(sshd.known_hosts_line(h) + "\n" for h in st.hosts))
+        st = replace(st, inventory=str(inventory_path or base / "inventory.yaml"))
+        inventory.write(st, Path(st.inventory))
+        state.save(st)
+        return st
+    except BaseException:
+        down(name)
+        raise
+
+
+def _network(st: SandboxState, mode: ModeWanted) -> SandboxState:
+    if mode == "loopback":
+        return replace(st, mode="loopback")
+    slot = netns.free_slot()
+    st = replace(st, slot=slot.index, route_metric=slot.route_metric,
+                 ctl_netns=netns.ctl_name(st.name), root_ifname=slot.root_ifname)  # fmt: skip
+    state.save(st)
+    netns.add_guard(slot)  # before any host address exists
+    try:
+        netns.make_ctl(st.name, slot)
+    except netns.NetnsRefused:
+        netns.del_guard(slot.route_metric)
+        if mode == "netns":
+            raise
+        return replace(st, mode="loopback", slot=None, route_metric=None, ctl_netns=None,
+                       root_ifname=None)  # fmt: skip
+    return st
+
+
+def _hosts(st: SandboxState, n: int) -> SandboxState:
+    hosts = []
+    slot = netns.Slot(index=st.slot) if st.slot is not None else None
+    for i in range(1, n + 1):
+        name = f"h{i}"
+        ifname = fakehw.ifname_for(i)
+        if slot is not None:
+            ns: str | None = netns.host_ns_name(st.name, name)
+            address, port = slot.host_address(i), 22
+        else:
+            ns, address, port = None, "127.0.0.1", LOOPBACK_BASE_PORT + i
+        hosts.append(HostState(name=name, index=i, dir=f"{st.dir}/{name}", netns=ns,
+                               address=address, port=port, ifname=ifname,
+                               data_ip=address))  # fmt: skip
+    st = replace(st, hosts=tuple(hosts))
+    state.save(st)
+    if slot is not None:
+        for h in st.hosts:
+            netns.make_host(st.name, slot, h.index, h.name, h.ifname)
+            st = st.with_host(replace(h, net_ns=netns.ns_inode(h.netns or "")))
+        state.save(st)
+    return st
+
+
+def _start_sshds(st: SandboxState) -> SandboxState:
+    base = Path(st.dir)
+    sshd.keygen(base / "client_key", f"fleet-sandbox-{st.name}")
+    script = sshd.hostinit_script(base / "hostinit.py")
+    tools = fakehw.install_tools(base)
+
+    def prepare(h: HostState) -> None:
+        d = Path(h.dir)
+        d.mkdir(parents=True, exist_ok=True)
+        sshd.keygen(d / "ssh_host_ed25519_key", h.name)
+        fakehw.materialize(fakehw.profile(h.index, h.data_ip), h.index, d, tools)
+        for sub in ("srv/models", "srv/cache", "run/sshd"):
+            (d / sub).mkdir(parents=True, exist_ok=True)
+        sshd.write_config(h, base / "client_key.pub")
+
+    _parallel(prepare, st.hosts)
+    for h in st.hosts:
+        st = st.with_host(replace(h, sshd=sshd.start(h, script)))
+        state.save(st)
+    deadline = time.monotonic() + sshd.READY_TIMEOUT_S
+    _parallel(lambda h: sshd.wait_ready(h, deadline), st.hosts)
+    for h in st.hosts:
+        assert h.sshd is not None
+        st = st.with_host(replace(h, mnt_ns=procs.ns_inode(h.sshd.pid, "mnt")))
+    state.save(st)
+    return st
+
+
+def _start_dockerds(st: SandboxState, template: Path) -> SandboxState:
+    _parallel(lambda h: dockerd.seed(template, Path(h.dir) / "docker"), st.hosts, workers=4)
+    for h in st.hosts:
+        st = st.with_host(replace(h, dockerd=dockerd.start(st.name, h)))
+        state.save(st)
+    deadline = time.monotonic() + dockerd.READY_TIMEOUT_S
+    _parallel(lambda h: dockerd.wait_ready(h, deadline), st.hosts)
+    extra = tuple(t for t in st.image_tags if t != image.IMAGE)
+    if extra:
+        _parallel(lambda h: _tag_all(h, extra), st.hosts)
+    return st
+
+
+def _tag_all(h: HostState, tags: tuple[str, ...]) -> None:
+    for t in tags:
+        dockerd.tag(h, image.IMAGE, t)
+
+
+def down(name: str = "default") -> bool:
+    """Tears the sandbox down; True if there was anything to remove."""
+    require_root()
+    state.check_name(name)
+    st = state.load(name)
+    leftovers = netns.namespaces(name)
+    if st is None and not leftovers:
+        return False
+    hosts = st.hosts if st is not None else ()
+    _parallel(dockerd.remove_containers, [h for h in hosts if h.dockerd and h.dockerd.alive()])
+    daemons = tuple(h.dockerd for h in hosts if h.dockerd is not None)
+    procs.kill_all(daemons, 15.0)
+    mnt = {h.mnt_ns for h in hosts if h.mnt_ns is not None}
+    net = {h.net_ns for h in hosts if h.net_ns is not None}
+    net |= {i for i in (netns.ns_inode(ns) for ns in leftovers) if i is not None}
+    members = set(procs.pids_in_namespaces("mnt", frozenset(mnt)))
+    members |= set(procs.pids_in_namespaces("net", frozenset(net)))
+    refs = [h.sshd for h in hosts if h.sshd is not None]
+    for pid in members:
+        try:
+            refs.append(procs.ref(pid))
+        except ProcessLookupError:
+            continue
+    procs.kill_all(tuple(refs), 2.0)
+    for h in hosts:
+        dockerd.remove_cgroups(name, h.name)
+    netns.delete(name, st.root_ifname if st is not None else None)
+    if st is not None and st.route_metric is not None:
+        netns.del_guard(st.route_metric)
+    shutil.rmtree(state.state_root() / name, ignore_errors=True)
+    return True
+
+
+def status(name: str = "default") -> dict[str, Any]:
+    """What is up, as plain data (the CLI prints it as a table or JSON)."""
+    st = state.load(name)
+    if st is None:
+        return {"name": name, "up": False, "namespaces": list(netns.namespaces(name))}
+    return {
+        "name": st.name,
+        "up": True,
+        "mode": st.mode,
+        "dir": st.dir,
+        "subnet": str(netns.Slot(index=st.slot).network) if st.slot is not None else None,
+        "client_key": st.client_key,
+        "known_hosts": st.known_hosts,
+        "inventory": st.inventory,
+        "image_tags": list(st.image_tags),
+        "hosts": [
+            {
+                "name": h.name,
+                "address": h.address,
+                "port": h.port,
+                "ifname": h.ifname,
+                "data_ip": h.data_ip,
+                "netns": h.netns,
+                "sshd": bool(h.sshd and h.sshd.alive()),
+                "dockerd": bool(h.dockerd and h.dockerd.alive()),
+                "docker_socket": h.docker_socket,
+            }
+            for h in st.hosts
+        ],
+    }
+
+
+def loaded(name: str) -> SandboxState:
+    st = state.load(name)
+    if st is None:
+        raise FleetError(f"sandbox {name!r} is not up (run `fleet sandbox up --name {name}`)")
+    return st
