@@ -7,13 +7,13 @@ are the distinct ``start_order`` values, ascending (0 Mooncake, 1 engines, 2 rou
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Sequence
 
 from launcher.errors import UsageError
-from launcher.model import Unit
+from launcher.model import Plan, Unit
 from launcher.quoting import env_file
-from launcher.deploy.steps import SECRETS_FILE
+from launcher.render import RenderedPlan
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -27,9 +27,12 @@ class File:
 class Desired:
     unit: Unit
     dir: str  # /etc/fleet/<deployment>/<unit>: the manifest and prev/ live here
-    files: tuple[File, ...]  # rendered files (the secrets file is added at deploy time)
+    files: tuple[File, ...]  # rendered files but the manifest (fleet writes it, with generation)
+    owned: tuple[str, ...]  # every path the unit owns (manifest and secrets file included)
     render_hash: str
-    script: str | None  # docker: the rendered `docker run` script; systemd: None
+    secrets_path: str
+    start: tuple[tuple[str, ...], ...]  # argvs run in order on the host
+    stop: tuple[tuple[str, ...], ...]
     recipe: str
     image: str | None
 
@@ -41,9 +44,35 @@ class Desired:
     def name(self) -> str:
         return self.unit.name
 
-    @property
-    def secrets_path(self) -> str:
-        return f"{self.dir}/{SECRETS_FILE}"
+
+def from_rendered(plan: Plan, rendered: RenderedPlan) -> tuple[Desired, ...]:
+    """One :class:`Desired` per planned unit, in plan order."""
+    out = []
+    for unit in plan.units:
+        host = rendered.hosts[unit.host]
+        ru = next(r for r in host.units if r.name == unit.name)
+        by_path = {f.path: f for f in host.files}
+        files = tuple(
+            File(path=p, content=by_path[p].content.encode(), mode=by_path[p].mode)
+            for p in ru.files
+            if p != ru.manifest
+        )
+        owned = (*ru.files, ru.secrets_file) if unit.secrets else ru.files
+        out.append(
+            Desired(
+                unit=replace(unit, runtime=ru.runtime),
+                dir=ru.unit_dir,
+                files=files,
+                owned=tuple(sorted(owned)),
+                render_hash=ru.render_hash,
+                secrets_path=ru.secrets_file,
+                start=ru.start,
+                stop=ru.stop,
+                recipe=rendered.recipe,
+                image=unit.container.image if unit.container else None,
+            )
+        )
+    return tuple(out)
 
 
 def groups(units: Iterable[Desired]) -> dict[str, tuple[Desired, ...]]:

@@ -149,7 +149,8 @@ class _UnitDied(HealthError):
     def __init__(self, d: Desired, what: str) -> None:
         self.desired = d
         self.what = what
-        super().__init__(f"{d.host}: {d.name}: {what}")
+        started_by = show(d.start[-1]) if d.start else d.name
+        super().__init__(f"{d.host}: {started_by}: {d.name} {what}")
 
 
 def _with_logs(

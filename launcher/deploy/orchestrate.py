@@ -28,7 +28,6 @@ from launcher.deploy.health import Verdict, gate
 from launcher.deploy.manifest import Manifest, dumps, parse
 from launcher.deploy.remote import check
 from launcher.deploy.steps import (
-    SECRETS_FILE,
     Liveness,
     ensure_image,
     manifest_path,
@@ -38,15 +37,14 @@ from launcher.deploy.steps import (
     remove_argv,
     rotate_argv,
     run_liveness,
-    start_argvs,
     stop_argv,
 )
 from launcher.errors import ExitCode, FleetError, HostKeyError, UnreachableError
 from launcher.execute.transport import Transport
 from launcher.model import Host, Runtime
 from launcher.output import Event, Progress, QuietProgress, mask
+from launcher.render import FLEET_ROOT, SECRETS_FILE, STOP_TIMEOUT_S
 
-STATE_ROOT = "/etc/fleet"
 
 Connect = Callable[[Host], Transport]
 Action = Literal["unchanged", "start", "restart", "remove"]
@@ -54,7 +52,7 @@ Outcome = Literal["unchanged", "healthy", "removed", "failed", "skipped", "plann
 
 
 def deployment_dir(deployment: str) -> str:
-    return f"{STATE_ROOT}/{deployment}"
+    return f"{FLEET_ROOT}/{deployment}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -168,11 +166,12 @@ class Session:
 
     def __init__(self, hosts: Sequence[Host], connect: Connect, forks: int) -> None:
         self.forks = forks
-        results = each(list(hosts), connect, forks)
+        by_name = {h.name: h for h in hosts}
+        results = each(sorted(by_name), lambda n: connect(by_name[n]), forks)
         self.transports: dict[str, Transport] = {
-            h.name: t for h, t in results.items() if not isinstance(t, FleetError)
+            n: t for n, t in results.items() if not isinstance(t, FleetError)
         }
-        self.errors: dict[str, FleetError] = {h.name: e for h, e in results.items() if isinstance(e, FleetError)}
+        self.errors: dict[str, FleetError] = {n: e for n, e in results.items() if isinstance(e, FleetError)}
 
     def __enter__(self) -> Session:
         return self
@@ -442,7 +441,7 @@ def _remove_orphans(
 
 def retire(t: Transport, m: Manifest) -> None:
     """Stops and removes a unit; keeps its last files in ``prev/`` (secrets never kept)."""
-    check(t, stop_argv(m.runtime, m.unit), label=f"stop {m.unit}")
+    check(t, stop_argv(m.runtime, m.unit, STOP_TIMEOUT_S), label=f"stop {m.unit}", timeout=STOP_TIMEOUT_S + 60)
     unit_dir = _unit_dir(m)
     check(t, rotate_argv(unit_dir, m.files), label=f"keep {unit_dir}/prev")
     check(t, remove_argv((*m.files, manifest_path(unit_dir))), label=f"rm {unit_dir}/*")
@@ -470,7 +469,7 @@ def _start_step(
     verdicts: dict[str, Verdict] = {}
     try:
         # Stop every rank of the changing groups first: no old rank may rendezvous with a new one.
-        stop = session.run(hosts, lambda h, t: _stop_units(t, by_host[h], progress))
+        stop = session.run(hosts, lambda h, t: _stop_units(t, by_host[h], progress, STOP_TIMEOUT_S))
         when = _now()
         installed = session.run(
             hosts,
@@ -500,7 +499,7 @@ def _start_step(
             teardown: dict[str, list[Desired]] = {}
             for d in failed:
                 teardown.setdefault(d.host, []).append(d)
-            session.run(sorted(teardown), lambda h, t: _stop_units(t, teardown[h], progress))
+            session.run(sorted(teardown), lambda h, t: _stop_units(t, teardown[h], progress, None))
     return verdicts
 
 
@@ -508,10 +507,12 @@ def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _stop_units(t: Transport, units: Sequence[Desired], progress: Progress) -> None:
+def _stop_units(t: Transport, units: Sequence[Desired], progress: Progress, grace_s: int | None) -> None:
+    """Stops units, last rank first; ``grace_s`` lets a serving engine drain (None: at once)."""
     for d in reversed(units):
         progress.update(Event(host=d.host, unit=d.name, state="stopping"))
-        check(t, stop_argv(d.unit.runtime, d.name), label=f"stop {d.name}")
+        timeout = (grace_s or 0) + 60
+        check(t, stop_argv(d.unit.runtime, d.name, grace_s), label=f"stop {d.name}", timeout=timeout)
 
 
 def _install(
@@ -534,8 +535,7 @@ def _install(
             check(t, rotate_argv(d.dir, old.files), label=f"keep {d.dir}/prev")
         for f in files:
             t.put(f.path, f.content, f.mode)
-        paths = tuple(f.path for f in files)
-        stale = [p for p in (old.files if old else ()) if p not in paths]
+        stale = [p for p in (old.files if old else ()) if p not in d.owned]
         if stale:
             check(t, remove_argv(stale), label="rm stale files")
         manifest = Manifest(
@@ -552,7 +552,7 @@ def _install(
             generation=_generation(old, d),
             deployed_by=who,
             deployed_at=when,
-            files=paths,
+            files=d.owned,
         )
         t.put(manifest_path(d.dir), dumps(manifest).encode(), 0o644)
 
@@ -560,7 +560,7 @@ def _install(
 def _start_units(t: Transport, units: Sequence[Desired], secrets: Sequence[str], progress: Progress) -> None:
     for d in units:
         progress.update(Event(host=d.host, unit=d.name, state="starting"))
-        for argv in start_argvs(d.unit.runtime, d.name, d.script):
+        for argv in d.start:
             check(t, argv, secrets=secrets)
 
 

@@ -18,10 +18,10 @@ from launcher.deploy.remote import STEP_TIMEOUT_S, check, failure, sh
 from launcher.errors import RemoteError
 from launcher.execute.transport import Transport
 from launcher.model import Runtime
+from launcher.render import SECRETS_FILE
 
 State = Literal["running", "starting", "restarting", "exited", "missing"]
 
-SECRETS_FILE = "secrets.env"
 PREV = "prev"
 
 NO_PROBE_TOOL = 127  # probe exit status when the host has none of curl/wget/python3
@@ -45,13 +45,14 @@ def service(name: str) -> str:
 # liveness
 
 _DOCKER_FMT = "{{.Name}}|{{.State.Status}}|{{.State.ExitCode}}|{{.RestartCount}}"
+# Missing names make docker exit 1 after printing the others: the answer is judged by parsing
+# (a dead daemon still shows, as its error text), so the exit status is ignored.
+_INSPECT = 'f=$1; shift; docker inspect --type container -f "$f" "$@" 2>&1; true'
 
 
 def liveness_argv(runtime: Runtime, names: Sequence[str]) -> tuple[str, ...]:
     if runtime == "docker":
-        # Missing names make docker exit 1 after printing the others: success is judged by
-        # parsing, so the exit status is ignored (but a dead daemon still shows on stderr).
-        return sh('f=$1; shift; docker inspect --type container -f "$f" "$@" 2>&1; true', _DOCKER_FMT, *names)
+        return sh(_INSPECT, _DOCKER_FMT, *names)
     return (
         "systemctl",
         "show",
@@ -156,6 +157,7 @@ def ensure_image(shell: Transport, image: str) -> str:
 # start / stop / logs
 
 _DOCKER_RM = (
+    'if [ -n "$2" ]; then docker stop -t "$2" "$1" >/dev/null 2>&1; fi; '
     'out=$(docker rm -f "$1" 2>&1) || case "$out" in *"No such container"*) ;; '
     '*) printf "%s\\n" "$out" >&2; exit 1 ;; esac'
 )
@@ -165,21 +167,15 @@ _SYSTEMD_STOP = (
 )
 
 
-def stop_argv(runtime: Runtime, name: str) -> tuple[str, ...]:
-    """Stops and removes a unit; succeeds when it is already gone."""
+def stop_argv(runtime: Runtime, name: str, grace_s: int | None = None) -> tuple[str, ...]:
+    """Stops and removes a unit (docker: SIGTERM and ``grace_s`` to drain first, if given;
+    systemd: disabled too, so a reboot does not bring it back); succeeds if it is already gone."""
     if runtime == "docker":
-        return sh(_DOCKER_RM, name)
+        return sh(_DOCKER_RM, name, "" if grace_s is None else str(grace_s))
     return sh(_SYSTEMD_STOP, service(name))
 
 
-def start_argvs(runtime: Runtime, name: str, script: str | None) -> tuple[tuple[str, ...], ...]:
-    """Docker: run the rendered ``docker run`` script.  Systemd: enable the unit so it comes back
-    at boot, and start it now."""
-    if runtime == "docker":
-        if script is None:
-            raise ValueError(f"{name}: a docker unit needs its run script")
-        return (("sh", script),)
-    return (("systemctl", "daemon-reload"), ("systemctl", "enable", "--now", service(name)))
+_LOGS = 'exec "$@" 2>&1'
 
 
 def logs_argv(runtime: Runtime, name: str, lines: int, *, since: str | None = None) -> tuple[str, ...]:
@@ -188,7 +184,7 @@ def logs_argv(runtime: Runtime, name: str, lines: int, *, since: str | None = No
     if runtime == "docker":
         args = ["docker", "logs", "--timestamps"]
         args += ["--since", since] if since else ["--tail", str(lines)]
-        return sh('exec "$@" 2>&1', *args, name)
+        return sh(_LOGS, *args, name)
     args = ["journalctl", "--no-pager", "--output=short-iso", "--show-cursor", "-u", service(name)]
     args += [f"--after-cursor={since}"] if since else ["-n", str(lines)]
     return tuple(args)

@@ -1,0 +1,211 @@
+"""A simulated host for orchestration tests: files, containers and locks in memory, driven by
+the deploy layer's own fixed scripts (recognised by identity, so a changed script shows up as an
+unknown command and fails the test).
+
+``fail_start``: unit names whose container exits (code 4) right after starting; ``unhealthy``:
+units whose health endpoint never answers; ``missing_images``: images not present locally.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from launcher.deploy import lock, steps
+from launcher.execute.command import Command
+from launcher.execute.transport import Result, check_put_args
+
+
+@dataclass
+class Container:
+    state: str = "running"
+    exit_code: int = 0
+    restarts: int = 0
+    starts: int = 1
+    logs: list[str] = field(default_factory=list)
+
+
+class SimHost:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.files: dict[str, tuple[bytes, int]] = {}
+        self.containers: dict[str, Container] = {}
+        self.images: set[str] = set()
+        self.missing_images: set[str] = set()
+        self.fail_start: set[str] = set()
+        self.unhealthy: set[str] = set()
+        self.health_urls: dict[str, str] = {}  # url -> container that serves it
+        self.start_counts: dict[str, int] = {}
+        self.log: list[tuple[str, ...]] = []
+        self.writes = 0
+        self.closed = False
+
+    # Transport ----------------------------------------------------------------------------
+    @property
+    def host(self) -> str:
+        return self.name
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get(self, path: str) -> bytes:
+        return self.files[path][0]
+
+    def put(self, path: str, data: bytes, mode: int) -> None:
+        check_put_args(path, mode)
+        self.writes += 1
+        self.log.append(("put", path, f"{mode:04o}"))
+        self.files[path] = (data, mode)
+
+    def run(
+        self,
+        argv: Sequence[str] | Command,
+        *,
+        timeout: float,
+        stdin: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        check: bool = False,
+    ) -> Result:
+        args = tuple(Command.of(argv).reveal())
+        self.log.append(args)
+        code, out, err = self._dispatch(args)
+        return Result(host=self.name, command=" ".join(args), exit_status=code, stdout=out.encode(), stderr=err.encode())
+
+    # Behaviour ----------------------------------------------------------------------------
+    def _dispatch(self, a: tuple[str, ...]) -> tuple[int, str, str]:
+        if a[:2] == ("sh", "-c"):
+            script, params = a[2], a[4:]
+            handler = _SCRIPTS.get(script)
+            if handler is None:
+                raise AssertionError(f"unknown script: {script[:60]}")
+            return handler(self, params)
+        if a[0] == "sh" and len(a) == 2 and a[1].endswith("/run.sh"):
+            return self._start(a[1])
+        raise AssertionError(f"unknown command: {a}")
+
+    def _start(self, script: str) -> tuple[int, str, str]:
+        if script not in self.files:
+            return 127, "", f"sh: {script}: not found"
+        text = self.files[script][0].decode()
+        name = re.search(r"--name (\S+)", text)
+        assert name is not None
+        unit = name.group(1)
+        self.start_counts[unit] = self.start_counts.get(unit, 0) + 1
+        c = Container(starts=self.start_counts[unit])
+        if unit in self.fail_start:
+            c.state, c.exit_code = "exited", 4
+            c.logs = ["loading weights", "FATAL: rendezvous with rank 0 failed"]
+        self.containers[unit] = c
+        return 0, "0123abcd\n", ""
+
+    def lock_acquire(self, p: Sequence[str]) -> tuple[int, str, str]:
+        d, owner = p[1], p[2]
+        if any(k == d + "/owner" for k in self.files):
+            return 75, self.files[d + "/owner"][0].decode(), ""
+        self.files[d + "/owner"] = (owner.encode() + b"\n", 0o644)
+        return 0, "", ""
+
+    def lock_release(self, p: Sequence[str]) -> tuple[int, str, str]:
+        d, owner = p[0], p[1]
+        held = self.files.get(d + "/owner")
+        if held is not None and held[0].decode().strip() == owner:
+            del self.files[d + "/owner"]
+        return 0, "", ""
+
+    def lock_break(self, p: Sequence[str]) -> tuple[int, str, str]:
+        held = self.files.pop(p[0] + "/owner", None)
+        return 0, held[0].decode() if held else "", ""
+
+    def read_manifests(self, p: Sequence[str]) -> tuple[int, str, str]:
+        paths = sorted(k for k in self.files if fnmatch.fnmatch(k, p[0] + "/*/manifest.json") and k.count("/") == p[0].count("/") + 2)
+        return 0, "".join("\n" + self.files[k][0].decode() for k in paths), ""
+
+    def liveness(self, p: Sequence[str]) -> tuple[int, str, str]:
+        lines = []
+        for n in p[1:]:
+            c = self.containers.get(n)
+            if c is None:
+                lines.append(f"Error: No such container: {n}")
+            else:
+                lines.append(f"/{n}|{c.state}|{c.exit_code}|{c.restarts}")
+        return 0, "\n".join(lines) + "\n", ""
+
+    def probe(self, p: Sequence[str]) -> tuple[int, str, str]:
+        unit = self.health_urls.get(p[0])
+        c = self.containers.get(unit or "")
+        if c is None or c.state != "running" or unit in self.unhealthy:
+            return 7, "", f"curl: (7) Failed to connect to {p[0]}"
+        return 0, "", ""
+
+    def pull(self, p: Sequence[str]) -> tuple[int, str, str]:
+        if p[0] in self.images:
+            return 0, "present\n", ""
+        if p[0] in self.missing_images:
+            return 1, "", f"Error response from daemon: manifest for {p[0]} not found"
+        self.images.add(p[0])
+        return 0, "pulled\n", ""
+
+    def stop(self, p: Sequence[str]) -> tuple[int, str, str]:
+        self.containers.pop(p[0], None)
+        return 0, "", ""
+
+    def rotate(self, p: Sequence[str]) -> tuple[int, str, str]:
+        d, old = p[0], p[1:]
+        for k in [k for k in self.files if k.startswith(d + "/prev/")]:
+            del self.files[k]
+        for f in old:
+            if f in self.files:
+                self.files[d + "/prev" + f] = self.files[f]
+        if d + "/manifest.json" in self.files:
+            self.files[d + "/prev/manifest.json"] = self.files.pop(d + "/manifest.json")
+        return 0, "", ""
+
+    def remove(self, p: Sequence[str]) -> tuple[int, str, str]:
+        for f in p:
+            self.files.pop(f, None)
+        return 0, "", ""
+
+    def hashes(self, p: Sequence[str]) -> tuple[int, str, str]:
+        out = []
+        for f in p:
+            out.append(f"{hashlib.sha256(self.files[f][0]).hexdigest()}  {f}" if f in self.files else f"- {f}")
+        return 0, "\n".join(out) + "\n", ""
+
+    def read(self, p: Sequence[str]) -> tuple[int, str, str]:
+        import base64
+
+        out = []
+        for f in p:
+            out.append(f"{base64.b64encode(self.files[f][0]).decode()} {f}" if f in self.files else f"- {f}")
+        return 0, "\n".join(out) + "\n", ""
+
+    def logs(self, p: Sequence[str]) -> tuple[int, str, str]:
+        c = self.containers.get(p[-1])
+        if c is None:
+            return 1, f"Error: No such container: {p[-1]}\n", ""
+        return 0, "".join(f"2026-01-01T00:00:0{i}.000000000Z {line}\n" for i, line in enumerate(c.logs)), ""
+
+    def manifest(self, unit_dir: str) -> dict[str, object] | None:
+        raw = self.files.get(unit_dir + "/manifest.json")
+        return None if raw is None else dict(json.loads(raw[0]))
+
+
+_SCRIPTS = {
+    lock._ACQUIRE: SimHost.lock_acquire,
+    lock._RELEASE: SimHost.lock_release,
+    lock._BREAK: SimHost.lock_break,
+    steps._READ_MANIFESTS: SimHost.read_manifests,
+    steps._INSPECT: SimHost.liveness,
+    steps._PROBE: SimHost.probe,
+    steps._PULL: SimHost.pull,
+    steps._DOCKER_RM: SimHost.stop,
+    steps._ROTATE: SimHost.rotate,
+    steps._REMOVE: SimHost.remove,
+    steps._HASHES: SimHost.hashes,
+    steps._READ: SimHost.read,
+    steps._LOGS: SimHost.logs,
+}

@@ -1,0 +1,222 @@
+"""up/down against simulated hosts: idempotence, whole-group restarts, failure teardown, locks,
+secrets, check/diff without writes."""
+
+from __future__ import annotations
+
+import pytest
+
+from launcher.deploy import orchestrate
+from launcher.deploy.lock import LockedError, lock_dir
+from launcher.deploy.orchestrate import Options, down, up
+from launcher.errors import ExitCode, HostKeyError
+from launcher.model import Host
+from tests.deploy.conftest import SimFleet
+from tests.deploy.factory import pp_plan, target
+
+FAST = Options(forks=4, timeout_s=5.0)
+D = "/etc/fleet/demo"
+
+
+def outcomes(report: orchestrate.Report) -> dict[str, str]:
+    return {u.unit: u.outcome for u in report.units}
+
+
+def test_first_up_starts_every_unit_in_order_and_writes_manifests(sim: SimFleet) -> None:
+    report = up(target(pp_plan()), sim.connect, FAST)
+    assert report.errors == ()
+    assert report.exit_code == ExitCode.OK
+    assert set(outcomes(report).values()) == {"healthy"}
+    m = sim["h1"].manifest(f"{D}/fleet-demo-rank-r0")
+    assert m is not None and m["generation"] == 1 and m["host"] == "h1" and m["recipe"] == "fam/pp"
+    # router (start_order 2) only after both ranks were started
+    starts = [(h, e) for h in ("h1", "h2", "h3") for e in sim[h].log if e[0] == "sh" and len(e) == 2]
+    assert len(starts) == 3
+    for h in ("h1", "h2", "h3"):
+        assert not any(k.endswith("/owner") for k in sim[h].files), "lock released"
+        assert sim[h].closed
+
+
+def test_second_up_unchanged_restarts_nothing(sim: SimFleet) -> None:
+    up(target(pp_plan()), sim.connect, FAST)
+    writes = {h: sim[h].writes for h in ("h1", "h2", "h3")}
+    report = up(target(pp_plan()), sim.connect, FAST)
+    assert set(outcomes(report).values()) == {"unchanged"}
+    assert {h: sim[h].writes for h in ("h1", "h2", "h3")} == writes
+    assert all(c.starts == 1 for h in ("h1", "h2", "h3") for c in sim[h].containers.values())
+    assert report.exit_code == ExitCode.OK
+
+
+def test_changed_engine_args_restart_the_whole_group_only(sim: SimFleet) -> None:
+    up(target(pp_plan()), sim.connect, FAST)
+    report = up(target(pp_plan(args=("--max-running-requests", "8"))), sim.connect, FAST)
+    assert outcomes(report) == {
+        "fleet-demo-rank-r0": "healthy",
+        "fleet-demo-rank-r1": "healthy",
+        "fleet-demo-router": "unchanged",
+    }
+    assert sim["h1"].containers["fleet-demo-rank-r0"].starts == 2
+    assert sim["h2"].containers["fleet-demo-rank-r1"].starts == 2
+    assert sim["h3"].containers["fleet-demo-router"].starts == 1
+    m = sim["h2"].manifest(f"{D}/fleet-demo-rank-r1")
+    assert m is not None and m["generation"] == 2
+    prev = sim["h2"].manifest(f"{D}/fleet-demo-rank-r1/prev")
+    assert prev is not None and prev["generation"] == 1
+    assert f"{D}/fleet-demo-rank-r1/prev{D}/fleet-demo-rank-r1/run.sh" in sim["h2"].files
+
+
+def test_a_dead_rank_restarts_its_group(sim: SimFleet) -> None:
+    up(target(pp_plan()), sim.connect, FAST)
+    sim["h2"].containers["fleet-demo-rank-r1"].state = "exited"
+    report = up(target(pp_plan()), sim.connect, FAST)
+    reasons = {u.unit: u.reason for u in report.units}
+    assert reasons["fleet-demo-rank-r0"] == "h2/fleet-demo-rank-r1 is exited"
+    assert sim["h1"].containers["fleet-demo-rank-r0"].starts == 2
+    assert outcomes(report)["fleet-demo-router"] == "unchanged"
+    # same content: same generation, and prev/ still holds nothing newer than before
+    m = sim["h1"].manifest(f"{D}/fleet-demo-rank-r0")
+    assert m is not None and m["generation"] == 1
+
+
+def test_rank_dying_at_start_tears_its_group_down_and_stops_the_line(sim: SimFleet) -> None:
+    sim["h2"].fail_start.add("fleet-demo-rank-r1")
+    report = up(target(pp_plan()), sim.connect, FAST)
+    assert report.exit_code == ExitCode.FAILED
+    assert report.errors == (
+        "h2: sh /etc/fleet/demo/fleet-demo-rank-r1/run.sh: fleet-demo-rank-r1 exited while its group "
+        "was starting (exit 4): FATAL: rendezvous with rank 0 failed",
+    )
+    assert outcomes(report) == {
+        "fleet-demo-rank-r0": "failed",
+        "fleet-demo-rank-r1": "failed",
+        "fleet-demo-router": "skipped",
+    }
+    assert "fleet-demo-rank-r0" not in sim["h1"].containers, "the healthy-looking rank 0 is torn down too"
+    assert sim["h3"].containers == {}
+    detail = next(u.detail for u in report.units if u.unit == "fleet-demo-rank-r0")
+    assert "FATAL" in detail
+    assert not any(k.endswith("/owner") for h in ("h1", "h2", "h3") for k in sim[h].files)
+
+
+def test_health_deadline_fails_the_group(sim: SimFleet) -> None:
+    sim["h1"].unhealthy.add("fleet-demo-rank-r0")
+    report = up(target(pp_plan()), sim.connect, Options(timeout_s=0.5))
+    assert report.exit_code == ExitCode.FAILED
+    assert report.errors[0].startswith(
+        "h1: sh /etc/fleet/demo/fleet-demo-rank-r0/run.sh: fleet-demo-rank-r0 not healthy at "
+        "http://h1:30000/health after "
+    )
+    assert sim["h1"].containers == {} and sim["h2"].containers == {}
+
+
+def test_missing_image_fails_before_anything_is_stopped(sim: SimFleet) -> None:
+    up(target(pp_plan()), sim.connect, FAST)
+    sim["h3"].missing_images.add("router:2")
+    plan = pp_plan()
+    plan = type(plan)(
+        deployment=plan.deployment,
+        recipe=plan.recipe,
+        units=(*plan.units[:2], orchestrate_replace_image(plan.units[2], "router:2")),
+    )
+    report = up(target(plan), sim.connect, FAST)
+    assert report.errors == (
+        "h3: docker pull router:2: exit 1: Error response from daemon: manifest for router:2 not found",
+    )
+    assert sim["h3"].containers["fleet-demo-router"].starts == 1, "old router still serving"
+    assert report.exit_code == ExitCode.PARTIAL
+
+
+def orchestrate_replace_image(u: object, image: str) -> object:
+    from dataclasses import replace
+
+    assert hasattr(u, "container")
+    return replace(u, container=replace(u.container, image=image))  # type: ignore[type-var, attr-defined]
+
+
+def test_lock_held_elsewhere_refuses_and_releases_own_locks(sim: SimFleet) -> None:
+    sim["h2"].files[lock_dir("demo") + "/owner"] = (b"alice@ctl pid=1 time=T id=x\n", 0o644)
+    with pytest.raises(LockedError) as err:
+        up(target(pp_plan()), sim.connect, FAST)
+    assert str(err.value) == (
+        "h2: deployment 'demo' is locked by alice@ctl pid=1 time=T id=x; "
+        "if that deploy is dead, run `fleet unlock` (or pass --break-lock)"
+    )
+    assert not any(k.endswith("/owner") for k in sim["h1"].files)
+    assert sim["h2"].files[lock_dir("demo") + "/owner"][0].startswith(b"alice@"), "theirs left alone"
+    assert sim["h1"].containers == {}
+    report = up(target(pp_plan()), sim.connect, Options(timeout_s=5.0, break_lock=True))
+    assert report.exit_code == ExitCode.OK
+
+
+def test_unknown_host_key_stops_before_anything_runs(sim: SimFleet) -> None:
+    def connect(host: Host) -> object:
+        if host.name == "h3":
+            raise HostKeyError("h3", "is unknown (not in ~/.ssh/known_hosts)")
+        return sim.connect(host)
+
+    with pytest.raises(HostKeyError):
+        up(target(pp_plan()), connect, FAST)  # type: ignore[arg-type]
+    assert sim["h1"].log == [] and sim["h2"].log == []
+
+
+def test_secret_goes_to_a_0600_file_and_never_into_argv_or_reports(sim: SimFleet) -> None:
+    token = "hf_s3cr3tVALUE"
+    report = up(target(pp_plan(secret=True), {"HF_TOKEN": token}), sim.connect, FAST)
+    assert report.exit_code == ExitCode.OK
+    data, mode = sim["h1"].files[f"{D}/fleet-demo-rank-r0/secrets.env"]
+    assert data == f"HF_TOKEN={token}\n".encode() and mode == 0o600
+    for h in ("h1", "h2", "h3"):
+        for entry in sim[h].log:
+            assert token not in " ".join(entry)
+        for path, (content, mode) in sim[h].files.items():
+            if token.encode() in content:
+                assert mode == 0o600, path
+    assert token not in repr(report)
+
+
+def test_check_diff_touches_nothing_and_masks_secrets(sim: SimFleet) -> None:
+    up(target(pp_plan(secret=True), {"HF_TOKEN": "old-token"}), sim.connect, FAST)
+    before = {h: dict(sim[h].files) for h in ("h1", "h2", "h3")}
+    logged = {h: len(sim[h].log) for h in ("h1", "h2", "h3")}
+    report = up(
+        target(pp_plan(secret=True, args=("--max-running-requests", "8")), {"HF_TOKEN": "new-token"}),
+        sim.connect,
+        Options(check=True, diff=True),
+    )
+    assert {h: sim[h].files for h in ("h1", "h2", "h3")} == before
+    assert all(c.starts == 1 for h in ("h1", "h2", "h3") for c in sim[h].containers.values())
+    assert {u.unit: u.outcome for u in report.units} == {
+        "fleet-demo-rank-r0": "planned",
+        "fleet-demo-rank-r1": "planned",
+        "fleet-demo-router": "unchanged",
+    }
+    new_calls = [e for h in ("h1", "h2", "h3") for e in sim[h].log[logged[h]:]]
+    assert not [e for e in new_calls if e[0] == "put"]
+    assert not [e for e in new_calls if e[:2] == ("sh", "-c") and "docker rm" in e[2]]
+    assert "+++ h1:/etc/fleet/demo/fleet-demo-rank-r0/run.sh" in report.diff
+    assert "--max-running-requests 8" in report.diff
+    assert "old-token" not in report.diff and "new-token" not in report.diff
+    assert "h1:/etc/fleet/demo/fleet-demo-rank-r0/secrets.env\n(secret values changed)" in report.diff
+def test_down_removes_units_keeps_prev_and_drops_secrets(sim: SimFleet) -> None:
+    up(target(pp_plan(secret=True), {"HF_TOKEN": "tok"}), sim.connect, FAST)
+    report = down(target(pp_plan(secret=True)), sim.connect, FAST)
+    assert report.exit_code == ExitCode.OK
+    assert [u.unit for u in report.units] == ["fleet-demo-router", "fleet-demo-rank-r0", "fleet-demo-rank-r1"]
+    for h in ("h1", "h2", "h3"):
+        assert sim[h].containers == {}
+        current = [k for k in sim[h].files if k.startswith(D) and "/prev/" not in k]
+        assert current == []
+        assert not any(k.endswith("secrets.env") for k in sim[h].files)
+    assert f"{D}/fleet-demo-rank-r0/prev{D}/fleet-demo-rank-r0/run.sh" in sim["h1"].files
+    again = down(target(pp_plan()), sim.connect, FAST)
+    assert again.units == () and again.exit_code == ExitCode.OK
+
+
+def test_units_dropped_from_the_plan_are_removed(sim: SimFleet) -> None:
+    up(target(pp_plan()), sim.connect, FAST)
+    plan = pp_plan()
+    smaller = type(plan)(deployment=plan.deployment, recipe=plan.recipe, units=plan.units[:2])
+    report = up(target(smaller, hosts=("h1", "h2", "h3")), sim.connect, FAST)
+    assert [(u.unit, u.action, u.outcome) for u in report.units if u.action == "remove"] == [
+        ("fleet-demo-router", "remove", "removed")
+    ]
+    assert sim["h3"].containers == {}
