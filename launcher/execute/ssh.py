@@ -14,6 +14,7 @@ user, port 22, ssh-agent and ``~/.ssh/id_*``).
 from __future__ import annotations
 
 import getpass
+import logging
 import os
 import select
 import shlex
@@ -31,6 +32,10 @@ from launcher.execute.command import Command
 from launcher.execute.hostkeys import KnownHosts, StrictPolicy, host_key_name
 from launcher.execute.transport import CommandTimeout, Result, get_command, put_command
 from launcher.model import Host
+
+# paramiko logs every failed handshake at ERROR, traceback included; fleet reports those as
+# one-line UnreachableErrors, so its records must not reach the operator's terminal.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 _PORT_VARS = ("ansible_port", "ansible_ssh_port")
 _READ_CHUNK = 65536
@@ -297,7 +302,10 @@ class SshConnector:
         except paramiko.AuthenticationException as err:
             reason = f"authentication as {endpoint.user} at {name} failed: {err}"
         except paramiko.SSHException as err:
-            if "banner" in str(err).lower():
+            # paramiko words a missing banner in several ways ("Error reading SSH protocol
+            # banner", "No existing session"); whether a banner arrived is the reliable test.
+            started = client.get_transport()
+            if started is None or not started.remote_version:
                 reason = f"no SSH banner from {name} within {opts.banner_timeout:g}s"
             else:
                 reason = f"SSH handshake with {name} failed: {err}"
