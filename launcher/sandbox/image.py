@@ -90,7 +90,18 @@ def ensure_template() -> Path:
         if not tar.exists():
             _build_tar(cache, tar)
         _build_template(tar, template)
+        _prune(cache, digest)
     return template
+
+
+def _prune(cache: Path, keep: str) -> None:
+    """Drops older tars/templates (seeded data-roots hold their own hardlinks, so it is safe)."""
+    for old in (*cache.glob("standin-*.tar"), *cache.glob("template-*")):
+        if keep not in old.name:
+            if old.is_dir():
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                old.unlink(missing_ok=True)
 
 
 def _download_debs(debs: Path) -> tuple[Path, ...]:

@@ -1,0 +1,82 @@
+"""A handle on a running sandbox for tests and tools: addresses, keys, and SSH with strict host
+keys (paramiko, the generated known_hosts, RejectPolicy), one cached connection per host."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import paramiko
+
+from launcher.sandbox.state import HostState, SandboxState
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Result:
+    rc: int
+    out: str
+    err: str
+
+
+class Sandbox:
+    def __init__(self, state: SandboxState) -> None:
+        self.state = state
+        self._clients: dict[str, paramiko.SSHClient] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return tuple(h.name for h in self.state.hosts)
+
+    @property
+    def addresses(self) -> dict[str, str]:
+        return {h.name: h.address for h in self.state.hosts}
+
+    @property
+    def client_key(self) -> str:
+        return self.state.client_key
+
+    @property
+    def known_hosts(self) -> str:
+        return self.state.known_hosts
+
+    @property
+    def inventory(self) -> str:
+        return self.state.inventory
+
+    def host(self, name: str) -> HostState:
+        return self.state.host(name)
+
+    def docker_socket(self, name: str) -> str:
+        return self.state.host(name).docker_socket
+
+    def connect(self, name: str, timeout: float = 10.0) -> paramiko.SSHClient:
+        """A new strict-host-key connection (not cached)."""
+        h = self.state.host(name)
+        client = paramiko.SSHClient()
+        client.load_host_keys(self.known_hosts)
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        client.connect(
+            h.address, port=h.port, username="root", key_filename=self.client_key,
+            look_for_keys=False, allow_agent=False, timeout=timeout, banner_timeout=timeout,
+            auth_timeout=timeout,
+        )  # fmt: skip
+        return client
+
+    def ssh(self, name: str, cmd: str, timeout: float = 60.0) -> Result:
+        """Runs ``cmd`` on host ``name`` over a cached connection; waits for its exit."""
+        with self._lock:
+            client = self._clients.get(name)
+            transport = client.get_transport() if client else None
+            if client is None or transport is None or not transport.is_active():
+                client = self._clients[name] = self.connect(name)
+        _, stdout, stderr = client.exec_command(cmd, timeout=timeout)
+        out = stdout.read().decode(errors="replace")
+        err = stderr.read().decode(errors="replace")
+        return Result(rc=stdout.channel.recv_exit_status(), out=out, err=err)
+
+    def close(self) -> None:
+        with self._lock:
+            for c in self._clients.values():
+                c.close()
+            self._clients.clear()
