@@ -122,8 +122,12 @@ def _identity_files(cfg: paramiko.SSHConfigDict) -> tuple[str, ...]:
     return tuple(f for f in files if os.path.isfile(f))
 
 
-def _hop(spec: str, config: paramiko.SSHConfig | None, via: Endpoint | None) -> Endpoint:
-    """One ``[user@]host[:port]`` element of a ProxyJump list (``ssh://`` form accepted)."""
+def _hop(
+    spec: str, config: paramiko.SSHConfig | None, via: Endpoint | None, fallback_keys: tuple[str, ...]
+) -> Endpoint:
+    """One ``[user@]host[:port]`` element of a ProxyJump list (``ssh://`` form accepted).  Its
+    keys: IdentityFile from ssh config, else the target's key (bastions usually take the same
+    key), then agent and default keys as for any host."""
     text = spec.removeprefix("ssh://")
     user, _, hostport = text.rpartition("@")
     if hostport.startswith("["):
@@ -139,7 +143,7 @@ def _hop(spec: str, config: paramiko.SSHConfig | None, via: Endpoint | None) -> 
         address=cfg.get("hostname", address),
         port=int(port_text or cfg.get("port", "22")),
         user=user or cfg.get("user") or getpass.getuser(),
-        key_files=_identity_files(cfg),
+        key_files=_identity_files(cfg) or fallback_keys,
         via=via,
     )
 
@@ -168,7 +172,7 @@ def resolve(host: Host, config: paramiko.SSHConfig | None) -> Endpoint:
     if jump and jump.lower() != "none":
         try:
             for spec in jump.split(","):
-                via = _hop(spec.strip(), config, via)
+                via = _hop(spec.strip(), config, via, key_files)
         except ValueError as err:
             raise InputError(host.source, f"bad ProxyJump host {err}", host.name) from None
     return Endpoint(
