@@ -1,5 +1,9 @@
-"""The per-host deploy lock: an atomic ``mkdir /var/lib/fleet/locks/<deployment>`` with an
+"""The per-host deploy lock: an atomic ``mkdir /run/lock/fleet/<deployment>`` with an
 ``owner`` file (``who@control-host pid=N time=T id=X``).
+
+It lives in ``/run/lock`` (the FHS place for lock files, a tmpfs): a lock guards a deploy that
+is running now, so a reboot of the host, which ends anything that deploy was doing there, also
+clears its lock.
 
 Contract: :func:`acquire` succeeds only if the directory did not exist; otherwise it raises
 :class:`LockedError` naming the holder.  :func:`release` removes the lock only while its owner
@@ -19,7 +23,7 @@ from launcher.deploy.remote import STEP_TIMEOUT_S, check, failure, sh
 from launcher.errors import FleetError
 from launcher.execute.transport import Transport
 
-LOCK_ROOT = "/var/lib/fleet/locks"
+LOCK_ROOT = "/run/lock/fleet"
 
 _HELD = 75  # exit status of the acquire script when the lock exists (EX_TEMPFAIL)
 

@@ -1,0 +1,171 @@
+"""``status`` and ``logs``: read-only views of a deployment on its hosts.
+
+Contract: nothing is written and no lock is taken.  Unknown host keys still refuse (nothing is
+sent to a host we cannot authenticate); an unreachable host shows as ``unreachable`` rows.
+Drift compares the files on the host with what would be rendered now (the secrets file is not
+compared: status never resolves secrets).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from launcher.deploy.desired import Desired
+from launcher.deploy.health import PROBE_TIMEOUT_S
+from launcher.deploy.orchestrate import Connect, Session, Survey, Target, survey_host
+from launcher.deploy.remote import STEP_TIMEOUT_S, check
+from launcher.deploy.steps import hashes_argv, logs_argv, parse_hashes, parse_log, probe_argv
+from launcher.errors import FleetError, UsageError
+from launcher.execute.transport import Transport
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnitStatus:
+    host: str
+    unit: str
+    role: str
+    rank: int
+    group: str
+    state: str  # running / starting / restarting / exited / missing / unreachable
+    health: str  # ok / failing / - (no check or not running) / ?
+    generation: int | None
+    drift: str  # none / files: a, b / render hash / not deployed / not in plan / ?
+    restarts: int = 0
+
+
+def status(target: Target, connect: Connect, forks: int = 8) -> tuple[UnitStatus, ...]:
+    hosts = sorted({h.name for h in target.hosts})
+    with Session(target.hosts, connect, forks) as session:
+        session.refuse_bad_keys()
+        reachable = [h for h in hosts if h in session.transports]
+        results = session.run(reachable, lambda h, t: _host_status(t, h, target))
+    rows: list[UnitStatus] = []
+    for h in hosts:
+        res = results.get(h) if h in results else session.errors.get(h)
+        mine = [d for d in target.units if d.host == h]
+        if isinstance(res, FleetError) or res is None:
+            rows += [_row(d, state="unreachable", health="?", generation=None, drift="?") for d in mine]
+        else:
+            assert isinstance(res, list)
+            rows += res
+    return tuple(rows)
+
+
+def _row(d: Desired, **kw: object) -> UnitStatus:
+    return UnitStatus(host=d.host, unit=d.name, role=d.unit.role, rank=d.unit.rank, group=d.unit.group, **kw)  # type: ignore[arg-type]
+
+
+def _host_status(t: Transport, host: str, target: Target) -> list[UnitStatus]:
+    units = [d for d in target.units if d.host == host]
+    survey = survey_host(t, host, target.deployment, units)
+    paths = [f.path for d in units for f in d.files]
+    remote = parse_hashes(check(t, hashes_argv(paths), label="sha256sum unit files")) if paths else {}
+    rows = []
+    for d in units:
+        live = survey.live[d.name]
+        m = survey.manifests.get(d.name)
+        health = "-"
+        if d.unit.health is not None and live.state == "running":
+            probe = t.run(probe_argv(d.unit.health.url, PROBE_TIMEOUT_S), timeout=STEP_TIMEOUT_S)
+            health = "ok" if probe.ok else "failing"
+        rows.append(
+            _row(
+                d,
+                state=live.state,
+                health=health,
+                generation=m.generation if m else None,
+                drift=_drift(d, survey, remote),
+                restarts=live.restarts,
+            )
+        )
+    for name, m in sorted(survey.manifests.items()):
+        if all(d.name != name for d in units):
+            live = survey.live[name]
+            rows.append(
+                UnitStatus(
+                    host=host, unit=name, role=m.role, rank=m.rank, group=m.group, state=live.state,
+                    health="-", generation=m.generation, drift="not in plan", restarts=live.restarts,
+                )
+            )  # fmt: skip
+    return rows
+
+
+def _drift(d: Desired, survey: Survey, remote: dict[str, str | None]) -> str:
+    m = survey.manifests.get(d.name)
+    if m is None:
+        return "not deployed"
+    changed = [f.path.rsplit("/", 1)[-1] for f in d.files if remote.get(f.path) != hashlib.sha256(f.content).hexdigest()]
+    if changed:
+        return "files: " + ", ".join(changed)
+    return "render hash" if m.render_hash != d.render_hash else "none"
+
+
+# ---------------------------------------------------------------------------------------------
+# logs
+
+FOLLOW_POLL_S = 1.0
+
+
+def pick(units: Sequence[Desired], name: str | None) -> tuple[Desired, ...]:
+    if name is None:
+        return tuple(units)
+    chosen = tuple(d for d in units if d.name == name or f"{d.host}/{d.name}" == name)
+    if not chosen:
+        known = ", ".join(sorted({d.name for d in units}))
+        raise UsageError(f"no unit {name!r} in this deployment (units: {known})")
+    return chosen
+
+
+def logs(
+    target: Target,
+    connect: Connect,
+    emit: Callable[[str], None],
+    *,
+    unit: str | None = None,
+    tail: int = 50,
+    follow: bool = False,
+    forks: int = 8,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Emits ``host/unit | line`` for the last ``tail`` lines of each unit; with ``follow``,
+    polls for new lines until interrupted.  Lines of one unit stay in order."""
+    units = pick(target.units, unit)
+    hosts = sorted({d.host for d in units})
+    scope = tuple(h for h in target.hosts if h.name in hosts)
+    since: dict[str, str | None] = {d.name: None for d in units}
+    with Session(scope, connect, forks) as session:
+        session.require_all()
+        while True:
+            results = session.run(hosts, lambda h, t: _fetch(t, [d for d in units if d.host == h], since, tail))
+            for h in hosts:
+                res = results[h]
+                if isinstance(res, FleetError):
+                    emit(f"{h} | {res}")
+                    continue
+                assert isinstance(res, list)
+                for d, lines in res:
+                    for pos, text in lines:
+                        emit(f"{d.host}/{d.name} | {text}")
+                    if lines and lines[-1][0]:
+                        since[d.name] = lines[-1][0]
+            if not follow:
+                return
+            sleep(FOLLOW_POLL_S)
+
+
+def _fetch(
+    t: Transport, units: Sequence[Desired], since: dict[str, str | None], tail: int
+) -> list[tuple[Desired, list[tuple[str, str]]]]:
+    out = []
+    for d in units:
+        last = since[d.name]
+        result = t.run(logs_argv(d.unit.runtime, d.name, tail, since=last), timeout=STEP_TIMEOUT_S)
+        lines = parse_log(d.unit.runtime, result.stdout_text)
+        if last is not None and d.unit.runtime == "docker":
+            # docker's --since is inclusive: drop what was already shown
+            lines = [(p, x) for p, x in lines if p > last]
+        out.append((d, lines))
+    return out
