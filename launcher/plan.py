@@ -665,6 +665,21 @@ def _check_groups(playbook: Playbook, units: list[Unit]) -> None:
             raise PlanError(playbook.source, f"group {group} is malformed: ranks {ranks}, {len(leaders)} leaders", "placement")
 
 
+def _native(recipe: Recipe, units: list[Unit]) -> list[Unit]:
+    """systemd units run the engine without a container: device selection moves into env, with
+    the host's own indices (in a container they would be renumbered from 0)."""
+    out = []
+    for u in units:
+        if u.runtime == "systemd":
+            env = dict(u.env)
+            if u.gpus:
+                name = "ASCEND_RT_VISIBLE_DEVICES" if recipe.engine == "vllm-ascend" else "CUDA_VISIBLE_DEVICES"
+                env[name] = ",".join(str(g) for g in u.gpus)
+            u = dataclasses.replace(u, container=None, env=env)
+        out.append(u)
+    return out
+
+
 def _drop(playbook: Playbook, units: list[Unit]) -> list[Unit]:
     drops = [_DROPPABLE[f] for f in playbook.overrides.drop_docker_flags]
     out = []
@@ -749,7 +764,7 @@ def plan(
         )
     _check_ports(playbook, units)
     _check_groups(playbook, units)
-    units = _drop(playbook, units)
+    units = _drop(playbook, _native(recipe, units))
     units.sort(key=lambda u: (u.start_order, u.group, u.rank))
     return Plan(deployment=deployment, recipe=recipe.id, units=tuple(units), files=files)
 

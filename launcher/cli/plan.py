@@ -30,14 +30,28 @@ def _playbook(target: str, catalog: Catalog, inventory: Inventory, hosts: str | 
     return auto_playbook(catalog.get(target), inventory, hosts)
 
 
+def _ranges(numbers: tuple[int, ...]) -> str:
+    """(0, 1, 2, 3, 6) -> "0-3,6"."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and runs[-1][-1] == n - 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs) or "-"
+
+
 def rows(p: Plan) -> list[tuple[str, ...]]:
-    """host, unit, role, rank, GPUs, ports, image: one row per unit, in plan order."""
+    """host, unit, role, rank, GPUs, ports, image: one row per unit, in plan order.  Unit names
+    lose their common ``fleet-<deployment>-`` prefix (the title names the deployment)."""
+    prefix = f"fleet-{p.deployment}-"
     out: list[tuple[str, ...]] = []
     for u in p.units:
-        ports = ",".join(f"{k}={v}" for k, v in sorted(u.ports.items()))
-        gpus = ",".join(str(g) for g in u.gpus) or "-"
+        ports = " ".join(str(v) for _, v in sorted(u.ports.items()))
         image = u.container.image if u.container else "(native)"
-        out.append((u.host, u.name, u.role, f"{u.rank}/{u.nnodes}", gpus, ports or "-", image))
+        out.append(
+            (u.host, u.name.removeprefix(prefix), u.role, f"{u.rank}/{u.nnodes}", _ranges(u.gpus), ports or "-", image)
+        )
     return out
 
 
