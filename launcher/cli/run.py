@@ -7,8 +7,10 @@ quoted once.  Exit status: 0 every host ok, 3 some failed or unreachable, 1 none
 
 from __future__ import annotations
 
+import contextlib
 import json
-from typing import Sequence
+import logging
+from typing import Iterator, Sequence
 
 import click
 
@@ -30,6 +32,23 @@ from launcher.execute.hostkeys import KnownHosts
 from launcher.execute.ssh import SshConnector, SshOptions
 from launcher.execute.transport import Result, Transport
 from launcher.model import Host
+
+
+class _EchoHandler(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        click.echo(f"fleet: {record.getMessage()}", err=True)
+
+
+@contextlib.contextmanager
+def _execute_log_to_stderr() -> Iterator[None]:
+    """Show the execution layer's notices (e.g. a newly trusted host key) on stderr."""
+    logger = logging.getLogger("fleet.execute")
+    handler = _EchoHandler(logging.INFO)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
 
 
 def command_of(words: Sequence[str]) -> Command:
@@ -137,7 +156,7 @@ def run_command(
     def one(host: Host, transport: Transport) -> Result:
         return transport.run(command, timeout=timeout)
 
-    with SshConnector(known, options) as connector:
+    with _execute_log_to_stderr(), SshConnector(known, options) as connector:
         try:
             result = run_all(hosts, one, connector=connector, forks=forks)
         except FanoutInterrupted as interrupted:

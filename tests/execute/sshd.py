@@ -28,7 +28,7 @@ def _keygen(path: Path) -> str:
     return Path(f"{path}.pub").read_text().strip()
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -67,7 +67,7 @@ class SshdFactory:
         d = self.root / name
         d.mkdir()
         host_pub = _keygen(d / "host_ed25519")
-        port = _free_port()
+        port = free_port()
         config = d / "sshd_config"
         config.write_text(
             f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_ed25519\n"
