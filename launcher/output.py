@@ -157,7 +157,9 @@ def _escape(text: str) -> str:
 
 
 def print_table(t: Table, stream: IO[str] | None = None) -> None:
-    Console(file=stream if stream is not None else sys.stdout, soft_wrap=True).print(t)
+    """On a terminal, fit its width; elsewhere (pipes, logs) never truncate a cell."""
+    out = stream if stream is not None else sys.stdout
+    Console(file=out, soft_wrap=True, width=None if out.isatty() else 400).print(t)
 
 
 def dumps(value: Mapping[str, object] | Sequence[object]) -> str:

@@ -43,7 +43,7 @@ from launcher.errors import ExitCode, FleetError, HostKeyError, UnreachableError
 from launcher.execute.transport import Transport
 from launcher.model import Host, Runtime
 from launcher.output import Event, Progress, QuietProgress, mask
-from launcher.render import FLEET_ROOT, SECRETS_FILE, STOP_TIMEOUT_S
+from launcher.render import FLEET_ROOT, MANIFEST_FILE, SECRETS_FILE, STOP_TIMEOUT_S
 
 
 Connect = Callable[[Host], Transport]
@@ -314,6 +314,8 @@ def _diffs(target: Target, session: Session, decision: Decision, surveys: Mappin
         assert isinstance(now, dict)
         new = {f.path: f.content for f in wanted.get(h, [])}
         for path in sorted(set(new) | old_paths.get(h, set())):
+            if path.endswith("/" + MANIFEST_FILE):
+                continue  # fleet's own record, rewritten by every deploy
             is_secret = path.endswith("/" + SECRETS_FILE)
             chunks.append(file_diff(h, path, now.get(path), new.get(path), secrets, env_values=is_secret))
     return "".join(chunks)
