@@ -1,8 +1,9 @@
 """Golden plans: one JSON per catalog recipe (auto-placed on inventories/example.yaml) and per
 playbook under playbooks/.  ``UPDATE_GOLDEN=1 pytest tests/plan`` rewrites them; review the diff.
 
-A playbook is planned against ``inventories/<its directory>.yaml`` when that exists (e.g.
-playbooks/sandbox/*.yaml -> inventories/sandbox.yaml), else against inventories/example.yaml.
+A playbook is planned against inventories/example.yaml, except playbooks/sandbox/*.yaml: the
+sandbox writes its inventory at ``fleet sandbox up``, so the harness builds the same hosts from
+the sandbox's fake-hardware profiles (h1..h5, addresses 198.18.0.11..15 -- never contacted).
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.config.inventory import load_inventory
-from launcher.model import Plan
+from launcher.model import Group, Host, HostSpec, Inventory, Plan
+from launcher.sandbox.fakehw import profile
 from launcher.plan import plan, to_jsonable
 from tests.plan.test_catalog import ROOT, auto_plan, inputs, recipe_ids
 
@@ -34,8 +35,21 @@ def compare(name: str, text: str) -> None:
     assert path.read_text() == text, f"{path} differs (UPDATE_GOLDEN=1 rewrites it)"
 
 
+def sandbox_inventory() -> Inventory:
+    hosts = []
+    for i in range(1, 6):
+        p = profile(i, f"198.18.0.{10 + i}")
+        hosts.append(Host(name=p.host, address=p.data_ip, user="root", groups=("sandbox",), spec=HostSpec(**p.inventory_vars())))
+    names = tuple(h.name for h in hosts)
+    return Inventory(
+        path="<sandbox>", hosts=tuple(hosts), groups={"all": Group(name="all", hosts=names, children=("sandbox",)),
+                                                      "sandbox": Group(name="sandbox", hosts=names, children=())},
+    )
+
+
 def playbook_paths() -> list[Path]:
-    return sorted((ROOT / "playbooks").rglob("*.yaml"))
+    # Dotfiles are scratch copies other tests write; they are not playbooks of the repo.
+    return sorted(p for p in (ROOT / "playbooks").rglob("*.yaml") if not p.name.startswith("."))
 
 
 @pytest.mark.parametrize("recipe_id", recipe_ids())
@@ -48,8 +62,7 @@ def test_playbook_golden(path: Path) -> None:
     from launcher.config.playbook import load_playbook
 
     catalog, example = inputs()
-    own = ROOT / "inventories" / f"{path.parent.name}.yaml"
-    inventory = load_inventory(own) if own.is_file() else example
+    inventory = sandbox_inventory() if path.parent.name == "sandbox" else example
     rel = path.relative_to(ROOT).with_suffix("")
     compare("__".join(rel.parts), render(plan(inventory, catalog, load_playbook(path, catalog, inventory))))
 
