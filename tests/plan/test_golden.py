@@ -3,7 +3,7 @@ playbook under playbooks/.  ``UPDATE_GOLDEN=1 pytest tests/plan`` rewrites them;
 
 A playbook is planned against inventories/example.yaml, except playbooks/sandbox/*.yaml: the
 sandbox writes its inventory at ``fleet sandbox up``, so the harness builds the same hosts from
-the sandbox's fake-hardware profiles (h1..h5, addresses 198.18.0.11..15 -- never contacted).
+the sandbox's fake-hardware profiles (h1..h8, addresses 198.18.0.11..18 -- never contacted).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def compare(name: str, text: str) -> None:
 
 def sandbox_inventory() -> Inventory:
     hosts = []
-    for i in range(1, 6):
+    for i in range(1, 9):
         p = profile(i, f"198.18.0.{10 + i}")
         hosts.append(Host(name=p.host, address=p.data_ip, user="root", groups=("sandbox",), spec=HostSpec(**p.inventory_vars())))
     names = tuple(h.name for h in hosts)
