@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from launcher.errors import RemoteError, UnreachableError
-from launcher.execute.command import Command
+from launcher.execute.command import Command, Token
 from launcher.execute.transport import CommandTimeout, Result, check_put_args
 from launcher.model import Host
 
@@ -62,7 +62,7 @@ class FakeTransport:
 
     def run(
         self,
-        argv: Sequence[str] | Command,
+        argv: Sequence[Token] | Command,
         *,
         timeout: float,
         stdin: bytes | None = None,

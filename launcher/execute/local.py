@@ -8,7 +8,7 @@ import tempfile
 from typing import Mapping, Sequence
 
 from launcher.errors import RemoteError
-from launcher.execute.command import Command
+from launcher.execute.command import Command, Token
 from launcher.execute.transport import (
     PUT_TEMP_PREFIX,
     CommandTimeout,
@@ -29,7 +29,7 @@ class LocalTransport:
 
     def run(
         self,
-        argv: Sequence[str] | Command,
+        argv: Sequence[Token] | Command,
         *,
         timeout: float,
         stdin: bytes | None = None,

@@ -28,7 +28,7 @@ from typing import Mapping, Sequence
 import paramiko
 
 from launcher.errors import HostKeyError, InputError, RemoteError, UnreachableError
-from launcher.execute.command import Command
+from launcher.execute.command import Command, Token
 from launcher.execute.hostkeys import KnownHosts, StrictPolicy, host_key_name
 from launcher.execute.transport import CommandTimeout, Result, get_command, put_command
 from launcher.model import Host
@@ -339,7 +339,7 @@ class SshTransport:
 
     def run(
         self,
-        argv: Sequence[str] | Command,
+        argv: Sequence[Token] | Command,
         *,
         timeout: float,
         stdin: bytes | None = None,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Mapping, Protocol, Sequence
 
 from launcher.errors import RemoteError
-from launcher.execute.command import Command
+from launcher.execute.command import Command, Token
 
 STDERR_TAIL_LINES = 5
 
@@ -83,7 +83,7 @@ class Transport(Protocol):
 
     def run(
         self,
-        argv: Sequence[str] | Command,
+        argv: Sequence[Token] | Command,
         *,
         timeout: float,
         stdin: bytes | None = None,

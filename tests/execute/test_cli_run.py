@@ -149,3 +149,14 @@ def test_bad_forks_is_a_usage_error(home: Path, inventory: tuple[Path, int]) -> 
     r = _run("-i", str(inv), "--forks", "0", "h1", "--", "true")
     assert r.exit_code == 2
     assert "Invalid value for '--forks': 0 is not in the range x>=1." in r.stderr
+
+
+def test_operator_known_hosts_is_read_by_default(
+    home: Path, inventory: tuple[Path, int], fleet: tuple[Sshd, ...]
+) -> None:
+    inv, _ = inventory
+    (home / ".ssh").mkdir()
+    (home / ".ssh" / "known_hosts").write_text(f"{fleet[1].known_line}\n")
+    r = _run("-i", str(inv), "h2", "--", "true")
+    assert (r.stdout, r.exit_code) == ("h2 | ok | exit 0\n", 0)
+    assert not (home / ".config" / "fleet" / "known_hosts").exists()
