@@ -9,7 +9,8 @@ from launcher.config.recipes import check_coverage, load_catalog, parse_seed
 from launcher.errors import InputError
 from tests.config.conftest import FIXTURES, REPO
 
-SEED = Path("/work/shared/seeds/000_02e00e1b93470d41.txt")
+# shared/ sits beside the checkout, for developers and CI alike
+SEED = REPO.parent / "shared" / "seeds" / "000_02e00e1b93470d41.txt"
 
 
 @pytest.fixture
