@@ -347,7 +347,18 @@ class SshTransport:
         check: bool = False,
     ) -> Result:
         command = Command.of(argv).with_env(env or {})
-        shown = command.masked()
+        result = self._exec(command, command.masked(), timeout, stdin or b"")
+        return result.check() if check else result
+
+    def put(self, path: str, data: bytes, mode: int) -> None:
+        # Errors name the operation: the put script itself is long and multi-line.
+        shown = f"put {path}"
+        result = self._exec(put_command(path, mode), shown, self._options.file_timeout, data)
+        if not result.ok:
+            raise RemoteError(self._host, shown, result.exit_status, result.stderr_text)
+
+    def _exec(self, command: Command, shown: str, timeout: float, stdin: bytes) -> Result:
+        """Run one command on a new session channel of the shared connection."""
         transport = self._client.get_transport()
         if transport is None or not transport.is_active():
             raise UnreachableError(self._host, f"connection lost before {shown}")
@@ -358,7 +369,7 @@ class SshTransport:
             raise UnreachableError(self._host, f"cannot open a session for {shown}: {err}")
         try:
             channel.exec_command(command.shell_text())
-            stdout, stderr = _exchange(channel, stdin or b"", deadline)
+            stdout, stderr = _exchange(channel, stdin, deadline)
             if not channel.status_event.wait(max(0.0, deadline - time.monotonic())):
                 raise TimeoutError
         except TimeoutError:
@@ -369,15 +380,8 @@ class SshTransport:
             channel.close()
         if channel.exit_status == -1 and not transport.is_active():
             raise UnreachableError(self._host, f"connection lost during {shown}")
-        result = Result(host=self._host, command=shown, exit_status=channel.exit_status,
-                        stdout=stdout, stderr=stderr)
-        return result.check() if check else result
-
-    def put(self, path: str, data: bytes, mode: int) -> None:
-        result = self.run(put_command(path, mode), timeout=self._options.file_timeout, stdin=data)
-        if not result.ok:
-            # The put script is long; name the operation instead of printing it.
-            raise RemoteError(self._host, f"put {path}", result.exit_status, result.stderr_text)
+        return Result(host=self._host, command=shown, exit_status=channel.exit_status,
+                      stdout=stdout, stderr=stderr)
 
     def get(self, path: str) -> bytes:
         return self.run(get_command(path), timeout=self._options.file_timeout, check=True).stdout
