@@ -7,7 +7,10 @@ group and Ansible's variable precedence (all < groups by depth, ``ansible_group_
 < group_vars/all < group_vars/<group> < host vars < host_vars/<host>).  Fleet's own host vars
 (the :class:`HostSpec` field names) are decoded strictly; an error points at the line the bad
 value came from.  Hosts are in Ansible's ``all`` order: a breadth-first walk of the groups from
-``all``, each level in declaration order.
+``all``, each level in declaration order.  (Ansible takes each level from an unordered set, so
+where several groups on one level have children its own order may vary between runs; fleet's
+does not.)  INI values are typed as ansible-core 2.19 types them: host-line and ``[group:vars]``
+values alike are Python literals where they parse as one, else strings.
 """
 
 from __future__ import annotations
@@ -351,8 +354,9 @@ def _parse_ini_inventory(text: str, path: str, data: _Data) -> None:
             if "=" not in line:
                 raise InputError(src, f"expected key=value, got {line!r}", f"{groupname}:vars")
             key, value = (p.strip() for p in line.split("=", 1))
-            vcol = raw.index("=") + 2 + (len(raw[raw.index("=") + 1 :]) - len(raw[raw.index("=") + 1 :].lstrip()))
-            vsrc = Source(path=path, line=lineno, col=vcol)
+            eq = raw.index("=")
+            rest = raw[eq + 1 :]
+            vsrc = Source(path=path, line=lineno, col=eq + 2 + len(rest) - len(rest.lstrip()))
             kp = f"{groupname}:vars/{key}"
             if key == "ansible_group_priority":
                 data.groups[groupname].priority = _priority(_ini_node(value, vsrc), kp)
