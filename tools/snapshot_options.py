@@ -34,7 +34,11 @@ OPTIONS_DIR = REPO / "launcher" / "engines" / "options"
 FORMAT = 1
 
 # Strings fed to each custom `type=` callable; which ones it accepts tells its kind.
-PROBES = ("0", "7", "-3", "1.5", "1e3", "abc", "true", "false", "None", "{}", '{"a": 1}', "4k", "")
+PROBES = (
+    "0", "7", "-3", "1.5", "1e3", "abc", "true", "false", "None", "{}", '{"a": 1}', "4k", "",
+    "1K", "1Ki", "auto",
+)
+NULLS = ("None", "")  # what vLLM's optional_type() turns into None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,6 +49,10 @@ class Target:
     version: str
     package: str
     build: Callable[[], argparse.ArgumentParser] | None  # None: not an argparse program
+    # The parser the real command line goes through, and what precedes the engine args there
+    # (`vllm serve ...` is parsed by the top-level `vllm` parser); None = `build`.
+    cli: Callable[[], argparse.ArgumentParser] | None = None
+    cli_prefix: tuple[str, ...] = ()
     note: str = ""
 
 
@@ -56,17 +64,30 @@ def _sglang_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _vllm_parser() -> argparse.ArgumentParser:
-    try:  # module paths moved between releases
-        from vllm.utils.argparse_utils import FlexibleArgumentParser
-    except ImportError:
-        from vllm.utils import FlexibleArgumentParser  # type: ignore[no-redef]
-    try:
+def _vllm_cli() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """(the `vllm` top-level parser, its `serve` subparser), wired as vllm's cli main does."""
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    try:  # 0.33; 0.30 keeps it under launchers/
         from vllm.entrypoints.common.cli_args import make_arg_parser
-    except ImportError:
-        from vllm.entrypoints.openai.cli_args import make_arg_parser  # type: ignore[no-redef]
-    parser: argparse.ArgumentParser = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
-    return parser
+    except ModuleNotFoundError:
+        from vllm.entrypoints.launchers.cli_args import make_arg_parser  # type: ignore[no-redef]
+    top = FlexibleArgumentParser(prog="vllm", description="vLLM CLI")
+    subparsers = top.add_subparsers(required=False, dest="subparser")
+    serve = subparsers.add_parser("serve", usage="vllm serve [model_tag] [options]")
+    return top, make_arg_parser(serve)
+
+
+def _vllm_target(version: str, engine: str = "vllm", note: str = "") -> Target:
+    return Target(
+        engine=engine,
+        version=version,
+        package="vllm",
+        build=lambda: _vllm_cli()[1],
+        cli=lambda: _vllm_cli()[0],
+        cli_prefix=("serve",),
+        note=note,
+    )
 
 
 def _router_parser() -> argparse.ArgumentParser:
@@ -79,13 +100,11 @@ def _router_parser() -> argparse.ArgumentParser:
 
 TARGETS: dict[str, Target] = {
     "sglang-0.5.23": Target(engine="sglang", version="0.5.23", package="sglang", build=_sglang_parser),
-    "vllm-0.33.0": Target(engine="vllm", version="0.33.0", package="vllm", build=_vllm_parser),
-    "vllm-0.30.0": Target(engine="vllm", version="0.30.0", package="vllm", build=_vllm_parser),
-    "vllm-0.23.0": Target(
+    "vllm-0.33.0": _vllm_target("0.33.0"),
+    "vllm-0.30.0": _vllm_target("0.30.0"),
+    "vllm-0.23.0": _vllm_target(
+        "0.23.0",
         engine="vllm-ascend",
-        version="0.23.0",
-        package="vllm",
-        build=_vllm_parser,
         note="upstream vLLM 0.23.0 parser standing in for vllm-ascend 0.23 (which needs CANN/torch_npu"
         " and cannot be installed here); vllm-ascend registers no extra serve flags of its own",
     ),
@@ -116,32 +135,56 @@ def _accepts(func: Callable[[str], Any], text: str) -> bool:
     return True
 
 
+def _sglang_int(text: str) -> int:  # SGLang human_readable_int's shape: 4k, 2Gi
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)", text.strip())
+    return int(float(m.group(1))) if m else int(text)
+
+
+def _vllm_int(text: str) -> int:  # vLLM human_readable_int's shape: 4k, 2K (binary)
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", text.strip())
+    return int(float(m.group(1))) if m else int(text)
+
+
+def _vllm_int_or_auto(text: str) -> int:
+    return -1 if text.strip().lower() == "auto" else _vllm_int(text)
+
+
+# Kinds argcheck knows how to convert, each with a conversion of the same shape.
 _REFERENCE_KINDS: tuple[tuple[str, Callable[[str], Any]], ...] = (
+    ("str", str),
     ("int", int),
     ("float", float),
     ("json", json.loads),
+    ("int-si-iec", _sglang_int),
+    ("int-kmgt", _vllm_int),
+    ("int-kmgt-auto", _vllm_int_or_auto),
 )
 
 
+def _returns_none(func: Callable[[str], Any], text: str) -> bool:
+    try:
+        return func(text) is None
+    except Exception:
+        return False
+
+
 def _type_info(action: argparse.Action) -> dict[str, Any]:
-    """Kind of the action's `type=`: str/int/float/json/bool/other, by what it accepts."""
+    """Kind of the action's `type=` (see _REFERENCE_KINDS), found from what it accepts.
+
+    "optional": "None" and "" become None (vLLM's optional_type).  Unknown conversions are
+    kind "other", with the probe strings they accepted.
+    """
     func = action.type
     if func is None or func is str:
-        return {"kind": "str", "name": "str"}
+        return {"kind": "str", "name": "str", "optional": False}
     name = getattr(func, "__name__", repr(func))
-    accepted = tuple(p for p in PROBES if _accepts(func, p))  # type: ignore[arg-type]
-    if accepted == PROBES:
-        return {"kind": "str", "name": name}
+    optional = all(_returns_none(func, n) for n in NULLS)  # type: ignore[arg-type]
+    probes = tuple(p for p in PROBES if not (optional and p in NULLS))
+    accepted = tuple(p for p in probes if _accepts(func, p))  # type: ignore[arg-type]
     for kind, ref in _REFERENCE_KINDS:
-        if accepted == tuple(p for p in PROBES if _accepts(ref, p)):
-            return {"kind": kind, "name": name}
-    int_like = tuple(p for p in PROBES if _accepts(int, p))
-    if accepted == tuple(p for p in PROBES if p in int_like or p == "4k"):
-        return {"kind": "int-suffix", "name": name}  # SGLang's human_readable_int: 4k, 2Gi
-    if set(accepted) <= {"true", "false", "0", "7", "None"} and "true" in accepted:
-        return {"kind": "bool", "name": name, "accepts": list(accepted)}
-    # Unknown conversion: keep what it accepted so a reader can see its shape.
-    return {"kind": "other", "name": name, "accepts": list(accepted)}
+        if accepted == tuple(p for p in probes if _accepts(ref, p)):
+            return {"kind": kind, "name": name, "optional": optional}
+    return {"kind": "other", "name": name, "optional": optional, "accepts": list(accepted)}
 
 
 def _choices(action: argparse.Action) -> list[Any] | None:
@@ -185,6 +228,11 @@ def _parser_record(parser: argparse.ArgumentParser) -> dict[str, Any]:
         "fromfile_prefix_chars": parser.fromfile_prefix_chars,
         "has_negative_number_optionals": bool(parser._has_negative_number_optionals),
         "mutually_exclusive": groups,
+        # The parser's own string -> action table, in its order: it can hold strings that the
+        # action no longer lists (vLLM's hidden --no-enable-x), and prefix matching scans it.
+        "option_string_actions": [
+            [string, index[id(a)]] for string, a in parser._option_string_actions.items()
+        ],
         "actions": [_action_record(a) for a in parser._actions],
     }
 
@@ -256,7 +304,8 @@ def render(record: dict[str, Any]) -> str:
 
 def parse_many(name: str, argvs: list[list[str]]) -> list[tuple[bool, str]]:
     """Run each argv through the real parser; argparse errors become (False, message)."""
-    build = TARGETS[name].build
+    target = TARGETS[name]
+    build = target.cli or target.build
     if build is None:
         return [_gflags_parse(argv) for argv in argvs]
     parser = build()
@@ -265,14 +314,13 @@ def parse_many(name: str, argvs: list[list[str]]) -> list[tuple[bool, str]]:
         err = io.StringIO()
         try:
             with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-                parser.parse_args(argv)
+                parser.parse_args([*target.cli_prefix, *argv])
         except SystemExit as exc:
             if exc.code == 0:  # --help / --version: printed and exited, nothing launched
                 results.append((False, "exited 0 (help/version)"))
                 continue
-            lines = err.getvalue().strip().splitlines()
-            msg = lines[-1].split(": error: ", 1)[-1] if lines else ""
-            results.append((False, msg))
+            text = err.getvalue()
+            results.append((False, text.split(": error: ", 1)[-1].strip() if text else ""))
         except Exception as exc:  # custom actions/types may raise anything; the launch would fail
             results.append((False, f"{type(exc).__name__}: {exc}"))
         else:

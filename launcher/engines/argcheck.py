@@ -40,9 +40,14 @@ __all__ = [
 
 _OPTIONS_ENV = "FLEET_ENGINE_OPTIONS"
 # Must equal tools/snapshot_options.py PROBES: "other" types recorded their verdicts on these.
-_PROBES = ("0", "7", "-3", "1.5", "1e3", "abc", "true", "false", "None", "{}", '{"a": 1}', "4k", "")
+_PROBES = (
+    "0", "7", "-3", "1.5", "1e3", "abc", "true", "false", "None", "{}", '{"a": 1}', "4k", "",
+    "1K", "1Ki", "auto",
+)
+_NULLS = ("None", "")
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
-_SUFFIXED_INT = re.compile(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)")
+_SI_IEC_INT = re.compile(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)")
+_KMGT_INT = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
 _SI = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 _IEC = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 _OPTIONAL, _ZERO_OR_MORE, _ONE_OR_MORE = "?", "*", "+"
@@ -69,8 +74,11 @@ class Option:
     action: str
     nargs: int | str | None
     choices: tuple[Any, ...] | None
-    type_kind: str  # str int float json bool int-suffix other; gflags: bool int32 int64 ... string
-    type_name: str
+    # argparse: str int float json int-si-iec (SGLang 4k/2Gi) int-kmgt[-auto] (vLLM 4k/2K) other;
+    # gflags: bool int32 int64 uint32 uint64 double string
+    type_kind: str
+    type_name: str  # the type's __name__, as argparse names it in "invalid <name> value"
+    type_optional: bool  # "None" and "" convert to None (vLLM optional_type)
     type_accepts: tuple[str, ...]  # kind "other": which _PROBES the real type accepted
     required: bool
     deprecated: bool
@@ -156,6 +164,7 @@ def _load(engine: str, version: str, directory: str) -> Snapshot:
                 choices=None,
                 type_kind=f["type"],
                 type_name=f["type"],
+                type_optional=False,
                 type_accepts=(),
                 required=False,
                 deprecated=False,
@@ -178,10 +187,7 @@ def _load(engine: str, version: str, directory: str) -> Snapshot:
         )
     parser = raw["parser"]
     options = tuple(_option(a) for a in parser["actions"])
-    by_string: dict[str, Option] = {}
-    for option in options:
-        for string in option.strings:
-            by_string[string] = option
+    by_string = {string: options[i] for string, i in parser["option_string_actions"]}
     return Snapshot(
         engine=raw["engine"],
         version=raw["version"],
@@ -211,6 +217,7 @@ def _option(a: Mapping[str, Any]) -> Option:
         choices=None if a["choices"] is None else tuple(a["choices"]),
         type_kind=kind["kind"],
         type_name=kind["name"],
+        type_optional=kind["optional"],
         type_accepts=tuple(kind.get("accepts", ())),
         required=a["required"],
         deprecated=a["deprecated"],
@@ -273,9 +280,15 @@ class _ParseError(Exception):
     """One argparse error (the real parser would exit here)."""
 
 
+class _TypeError(Exception):
+    """A `type=` function's argparse.ArgumentTypeError: its text is the whole message."""
+
+
 def _convert(option: Option, text: str) -> Any:
     """The option's `type=` applied to text; raises _ParseError with argparse's message."""
     kind = option.type_kind
+    if option.type_optional and text in _NULLS:
+        return None
     try:
         if kind == "str":
             return text
@@ -285,32 +298,35 @@ def _convert(option: Option, text: str) -> Any:
             return float(text)
         if kind == "json":
             return json.loads(text)
-        if kind == "int-suffix":
-            return _suffixed_int(option, text)
-        if kind == "bool":
-            if text not in option.type_accepts and text.lower() not in ("true", "false"):
-                raise ValueError(text)
-            return text.lower() == "true"
-    except _ParseError:
-        raise
+        if kind == "int-si-iec":
+            return _si_iec_int(text)
+        if kind == "int-kmgt":
+            return _kmgt_int(text)
+        if kind == "int-kmgt-auto":
+            value = text.strip()
+            return -1 if value == "-1" or value.lower() == "auto" else _kmgt_int(value)
+    except _TypeError as err:  # the type's own ArgumentTypeError text
+        raise _ParseError(f"argument {option.name}: {err}") from None
     except (TypeError, ValueError):
-        raise _ParseError(f"argument {option.name}: invalid {option.type_name} value: {text!r}")
+        raise _ParseError(
+            f"argument {option.name}: invalid {option.type_name} value: {text!r}"
+        ) from None
     # "other": an engine-specific conversion; only its verdicts on the probe strings are known.
     if text in _PROBES and text not in option.type_accepts:
         raise _ParseError(f"argument {option.name}: invalid {option.type_name} value: {text!r}")
     return text
 
 
-def _suffixed_int(option: Option, text: str) -> int:
+def _si_iec_int(text: str) -> int:
     """SGLang's human_readable_int: plain int, or SI (1.5k) / IEC (2Gi) suffixed."""
     value = text.strip()
-    m = _SUFFIXED_INT.fullmatch(value)
+    m = _SI_IEC_INT.fullmatch(value)
     if m:
         number, suffix = m.groups()
         if suffix in _IEC:
             if "." in number:
-                raise _ParseError(
-                    f"argument {option.name}: Decimals are not allowed with IEC suffixes like"
+                raise _TypeError(
+                    f"Decimals are not allowed with IEC suffixes like"
                     f" '{suffix}'. Use an integer IEC value such as '{int(Decimal(number))}{suffix}',"
                     f" or an SI value such as '{number}{suffix[0]}'."
                 )
@@ -319,10 +335,27 @@ def _suffixed_int(option: Option, text: str) -> int:
     try:
         return int(value)
     except ValueError:
-        raise _ParseError(
-            f"argument {option.name}: Invalid integer value: '{value}'. Use a plain integer,"
+        raise _TypeError(
+            f"Invalid integer value: '{value}'. Use a plain integer,"
             " SI suffixes (1k, 1M), or IEC suffixes (1Ki, 1Mi). Suffixes are case-sensitive."
         ) from None
+
+
+def _kmgt_int(text: str) -> int:
+    """vLLM's human_readable_int: plain int, or 1.5k (decimal) / 2K (binary) suffixed."""
+    value = text.strip()
+    m = _KMGT_INT.fullmatch(value)
+    if m:
+        number, suffix = m.groups()
+        if suffix.islower():
+            return int(float(number) * _SI[suffix if suffix == "k" else suffix.upper()])
+        if "." in number:
+            raise _TypeError(
+                f"Decimals are not allowed with binary suffixes like"
+                f" {suffix}. Did you mean to use {number}{suffix.lower()} instead?"
+            )
+        return int(number) * _IEC[suffix + "i"]
+    return int(value)
 
 
 class _ArgparseRun:
@@ -374,7 +407,14 @@ class _ArgparseRun:
         self.extras.extend(self.args[stop:])
         self._check_required()
         if self.extras:
-            self.problems.append("unrecognized arguments: " + " ".join(self.extras))
+            message = "unrecognized arguments: " + " ".join(self.extras)
+            if self.snap.flexible and _TASK.search(message):  # vLLM's error() adds this hint
+                message += (
+                    "\n\nHint: --task is not a vllm serve option. For embedding, reranking, or"
+                    " reward models, use --runner pooling. To adapt a generative model for"
+                    " pooling, also use --convert embed, --convert classify, or --convert reward."
+                )
+            self.problems.append(message)
         return tuple(self.problems)
 
     # -- classification (argparse _parse_optional / _get_option_tuples)
@@ -561,9 +601,100 @@ class _ArgparseRun:
 # ----------------------------------------------------------------------------- vLLM
 
 
+_MODEL_OPTION = re.compile(r"^--model(=.+|$)")
+_SERVED_NAME = re.compile(r"^--served[-_]model[-_]name(=.+|$)")
+_CONFIG_OPTION = re.compile(r"^--config(=.+|$)")
+_OPTION_KEY = re.compile(r"(?<=--)[^\.]*")  # from the first "--" up to the first "."
+_TASK = re.compile(r"(^|\s)--task(=|\s|$)")
+_MISSING_VALUE = "IndexError: list index out of range"  # what vLLM's rewriting raises
+
+
 def _flexible(snapshot: Snapshot, args: tuple[str, ...]) -> tuple[tuple[str, ...], list[str]]:
-    """vLLM FlexibleArgumentParser's rewriting before argparse sees the args."""
-    return args, []
+    """vLLM FlexibleArgumentParser.parse_args's rewriting of ``vllm serve`` args, before argparse.
+
+    ``--model M`` moves to the front as the positional; ``--key_name`` becomes ``--key-name``;
+    ``-O3``/``-O 3`` become ``--optimization-level 3``; ``--cfg.a.b v`` (``+`` appends to a list)
+    are gathered into one ``--cfg '{"a": {"b": v}}'`` at the end.  ``--config FILE`` is not
+    read: its contents are not checked.  Returns (rewritten args, problems that stop the parse).
+    """
+    out = list(args)
+    at = next((i for i, a in enumerate(out) if _MODEL_OPTION.match(a)), None)
+    if at is not None:
+        if out[at] == "--model":
+            if at + 1 >= len(out):
+                return (), [_MISSING_VALUE]
+            tag, rest = out[at + 1], at + 2
+        else:
+            tag, rest = out[at].removeprefix("--model="), at + 1
+        out = [tag, *out[:at], *out[rest:]]
+    if (
+        out
+        and out[0].startswith("-")
+        and not any(_CONFIG_OPTION.match(a) for a in out)
+        and any(_SERVED_NAME.match(a) for a in out)
+    ):
+        return (), [
+            "ValueError: `model` should be provided as the first positional argument when using"
+            " `vllm serve`. i.e. `vllm serve <model> --<arg> <value>`."
+        ]
+    renamed: list[str] = []
+    for i, arg in enumerate(out):
+        if arg.startswith("--help="):
+            renamed.append("--help")
+        elif arg.startswith("--"):
+            name, eq, tail = arg.partition("=")
+            dashed = _OPTION_KEY.sub(lambda m: m.group(0).replace("_", "-"), name, count=1)
+            renamed.append(dashed + eq + tail)
+        elif arg.startswith("-O") and arg != "-O":
+            renamed += ["--optimization-level", arg[3:] if arg[2] == "=" else arg[2:]]
+        elif arg == "-O" and i + 1 < len(out) and out[i + 1] in {"0", "1", "2", "3"}:
+            renamed.append("--optimization-level")
+        else:
+            renamed.append(arg)
+    dotted: dict[str, dict[str, Any]] = {}
+    dropped: set[int] = set()
+    for i, arg in enumerate(renamed):
+        if i in dropped or not arg.startswith("-") or "." not in arg:
+            continue
+        if "=" in arg:
+            arg, text = arg.split("=", 1)
+            if "." not in arg:
+                continue
+        elif i + 1 < len(renamed):
+            text = renamed[i + 1]
+            dropped.add(i + 1)
+        else:
+            return (), [_MISSING_VALUE]
+        if arg.endswith("+"):
+            arg, text = arg[:-1], json.dumps(text.split(","))
+        key, *keys = arg.split(".")
+        value: Any
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            try:
+                value = _kmgt_int(text)
+            except (ValueError, _TypeError):
+                value = text
+        for part in reversed(keys):
+            value = {part: value}
+        _merge(dotted.setdefault(key, {}), value)
+        dropped.add(i)
+    kept = [a for i, a in enumerate(renamed) if i not in dropped]
+    for key, tree in dotted.items():
+        kept += [key, json.dumps(tree)]
+    return tuple(kept), []
+
+
+def _merge(into: dict[str, Any], update: dict[str, Any]) -> None:
+    """vLLM's recursive_dict_update: dicts merge, lists concatenate, anything else replaces."""
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        elif isinstance(value, list) and isinstance(into.get(key), list):
+            into[key] += value
+        else:
+            into[key] = value
 
 
 # ----------------------------------------------------------------------------- gflags
