@@ -7,6 +7,7 @@ namespace (or on loopback), logging to a file, and returns the Popen so the call
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -42,5 +43,8 @@ def start(host: HostState | None, args: tuple[str, ...], log: Path) -> subproces
     argv: tuple[str, ...] = (str(ensure_venv()), "-m", "sglang_router.launch_router", *args)
     if host is not None and host.netns:
         argv = ("ip", "netns", "exec", host.netns, *argv)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", NO_COLOR="1")  # no tokenizer downloads, plain logs
     with open(log, "ab") as out:
-        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env
+        )
