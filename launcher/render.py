@@ -11,7 +11,8 @@ Host layout (``D`` = deployment, ``U`` = unit name)::
     /etc/fleet/D/U/secrets.env     0600  written by the executor at deploy time, same format;
                                          never rendered (render never sees secret values)
     /etc/fleet/D/U/manifest.json   0644  render hash, recipe, image, unit identity, files
-    /etc/fleet/D/U/files/NAME      0644  Plan.files (gateway config), on gateway units only
+    /etc/fleet/NAME                0644  Plan.files[NAME] (gateway config), on every host with a
+                                         unit that mounts it (it counts in that unit's hash)
     /etc/systemd/system/U.service  0644  systemd runtime (docker wrapper or native engine)
 
 Env values never reach argv: the container gets ``-e NAME`` (name only) and docker reads the
@@ -109,9 +110,9 @@ def unit_dir(deployment: str, unit: str) -> str:
     return f"{FLEET_ROOT}/{deployment}/{unit}"
 
 
-def plan_file_path(deployment: str, unit: str, name: str) -> str:
-    """Where ``Plan.files[name]`` lands on the host of gateway unit ``unit`` (for its mounts)."""
-    return f"{unit_dir(deployment, unit)}/files/{name}"
+def plan_file_path(name: str) -> str:
+    """Where ``Plan.files[name]`` lands on the hosts whose units mount it."""
+    return f"{FLEET_ROOT}/{name}"
 
 
 def service_path(unit: str) -> str:
@@ -122,13 +123,14 @@ def render(plan: Plan, runtime: Runtime | None = None) -> RenderedPlan:
     """Files and start/stop argvs per host.  ``runtime`` overrides every unit's own runtime;
     units without a container always get a native systemd unit."""
     _check_name("deployment", plan.deployment)
+    mounted = {m.host for u in plan.units if u.container for m in u.container.mounts}
     for name in plan.files:
-        if not _FILE_NAME.fullmatch(name):
-            raise PlanError(None, f"plan file {name!r}: must be a plain file name ([A-Za-z0-9_.-])")
-    if plan.files and not any(u.role == "gateway" for u in plan.units):
-        raise PlanError(None, f"plan files {sorted(plan.files)}: no gateway unit to render them for")
+        if not all(_FILE_NAME.fullmatch(part) for part in name.split("/")):
+            raise PlanError(None, f"plan file {name!r}: must be a relative path of [A-Za-z0-9_.-] names")
+        if plan_file_path(name) not in mounted:
+            raise PlanError(None, f"plan file {name!r}: no unit mounts {plan_file_path(name)}")
 
-    per_host: dict[str, tuple[list[RenderedFile], list[RenderedUnit]]] = {}
+    per_host: dict[str, tuple[dict[str, RenderedFile], list[RenderedUnit]]] = {}
     seen: set[tuple[str, str]] = set()
     for unit in plan.units:
         _check_name(f"unit on {unit.host}", unit.name)
@@ -136,12 +138,13 @@ def render(plan: Plan, runtime: Runtime | None = None) -> RenderedPlan:
             raise PlanError(None, f"unit {unit.name!r}: appears twice on host {unit.host}")
         seen.add((unit.host, unit.name))
         files, rendered = _render_unit(plan, unit, runtime or unit.runtime)
-        host_files, host_units = per_host.setdefault(unit.host, ([], []))
-        host_files.extend(files)
+        host_files, host_units = per_host.setdefault(unit.host, ({}, []))
+        # A plan file mounted by two units of one host is one file there.
+        host_files.update((f.path, f) for f in files)
         host_units.append(rendered)
 
     hosts = {
-        host: RenderedHost(host=host, files=tuple(sorted(files, key=lambda f: f.path)), units=tuple(units))
+        host: RenderedHost(host=host, files=tuple(files[p] for p in sorted(files)), units=tuple(units))
         for host, (files, units) in sorted(per_host.items())
     }
     return RenderedPlan(deployment=plan.deployment, recipe=plan.recipe, hosts=hosts)
@@ -260,11 +263,12 @@ def _unit_files(plan: Plan, unit: Unit, runtime: Runtime, *, render_hash: str) -
             files.append(RenderedFile(path=service_path(unit.name), content=_template("docker.service.j2", ctx), mode=MODE_FILE))
     except quoting.QuotingError as err:
         raise PlanError(None, f"unit {unit.name!r}: {err}") from None
-    if unit.role == "gateway":
-        files.extend(
-            RenderedFile(path=plan_file_path(plan.deployment, unit.name, name), content=plan.files[name], mode=MODE_FILE)
-            for name in sorted(plan.files)
-        )
+    mounts = {m.host for m in unit.container.mounts} if unit.container else set()
+    files.extend(
+        RenderedFile(path=plan_file_path(name), content=plan.files[name], mode=MODE_FILE)
+        for name in sorted(plan.files)
+        if plan_file_path(name) in mounts
+    )
     return files
 
 

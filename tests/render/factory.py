@@ -127,13 +127,13 @@ def full_plan() -> Plan:
                 ulimits=(),
                 shm_size=None,
                 ipc_host=False,
-                mounts=(Mount(host="/etc/fleet/demo/fleet-demo-gateway-r0/files/nginx.conf", container="/usr/local/openresty/nginx/conf/nginx.conf", read_only=True),),
+                mounts=(Mount(host="/etc/fleet/gateway/demo.conf", container="/etc/nginx/conf.d/default.conf", read_only=True),),
                 labels={},
             ),
-            argv=(),
+            argv=("openresty", "-g", "daemon off;"),
             env={},
             secrets=(),
             start_order=3,
         ),
     )
-    return plan(*units, files={"nginx.conf": "worker_processes 1;\nevents {}\nhttp { server { listen 9080; } }\n"})
+    return plan(*units, files={"gateway/demo.conf": "worker_processes 1;\nevents {}\nhttp { server { listen 9080; } }\n"})

@@ -1,0 +1,32 @@
+"""Every plan the repo ships: each catalog recipe auto-placed on inventories/example.yaml and each
+playbook under playbooks/ (sandbox playbooks on the sandbox hosts), built exactly as the plan
+goldens build them.  Missing planner code is an import error here, so these tests fail, never
+skip."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from launcher.config.playbook import load_playbook
+from launcher.model import Plan
+from launcher.plan import plan
+from tests.plan.test_catalog import ROOT, auto_plan, inputs, recipe_ids
+from tests.plan.test_golden import playbook_paths, sandbox_inventory
+
+
+def plan_ids() -> list[str]:
+    ids = [r.replace("/", "__") for r in recipe_ids()]
+    ids += ["__".join(p.relative_to(ROOT).with_suffix("").parts) for p in playbook_paths()]
+    return ids
+
+
+@lru_cache(maxsize=None)
+def plans() -> dict[str, Plan]:
+    found = {r.replace("/", "__"): auto_plan(r) for r in recipe_ids()}
+    catalog, example = inputs()
+    for path in playbook_paths():
+        inventory = sandbox_inventory() if path.parent.name == "sandbox" else example
+        key = "__".join(path.relative_to(ROOT).with_suffix("").parts)
+        found[key] = plan(inventory, catalog, load_playbook(Path(path), catalog, inventory))
+    return found
