@@ -14,6 +14,7 @@ cgroups are removed and the state dir is deleted.  Nothing is mounted in the roo
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import sys
@@ -82,19 +83,22 @@ def up(
 def _network(st: SandboxState, mode: ModeWanted) -> SandboxState:
     if mode == "loopback":
         return replace(st, mode="loopback")
-    slot = netns.free_slot()
-    st = replace(st, slot=slot.index, route_metric=slot.route_metric,
-                 ctl_netns=netns.ctl_name(st.name), root_ifname=slot.root_ifname)  # fmt: skip
-    state.save(st)
-    netns.add_guard(slot)  # before any host address exists
-    try:
-        netns.make_ctl(st.name, slot)
-    except netns.NetnsRefused:
-        netns.del_guard(slot.route_metric)
-        if mode == "netns":
-            raise
-        return replace(st, mode="loopback", slot=None, route_metric=None, ctl_netns=None,
-                       root_ifname=None)  # fmt: skip
+    # Slots are claimed by creating the root link fsb<k>: serialise that among concurrent ups.
+    with open("/run/fleet-sandbox.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        slot = netns.free_slot()
+        st = replace(st, slot=slot.index, route_metric=slot.route_metric,
+                     ctl_netns=netns.ctl_name(st.name), root_ifname=slot.root_ifname)  # fmt: skip
+        state.save(st)
+        netns.add_guard(slot)  # before any host address exists
+        try:
+            netns.make_ctl(st.name, slot)
+        except netns.NetnsRefused:
+            netns.del_guard(slot.route_metric)
+            if mode == "netns":
+                raise
+            return replace(st, mode="loopback", slot=None, route_metric=None, ctl_netns=None,
+                           root_ifname=None)  # fmt: skip
     return st
 
 
