@@ -47,7 +47,7 @@ def _nft(host: HostState, script: str) -> None:
 
 
 def _rule(host: HostState, rule: str) -> None:
-    _nft(host, f"table inet {_TABLE} {{ chain input {{ type filter hook input priority 0; {rule} }} }}\n")
+    _nft(host, f"table inet {_TABLE} {{\n chain input {{\n  type filter hook input priority 0;\n  {rule}\n }}\n}}\n")
 
 
 def drop_ssh(host: HostState) -> None:

@@ -31,6 +31,8 @@ def render(state: SandboxState) -> str:
                 "ansible_ssh_common_args": (
                     f"-o UserKnownHostsFile={state.known_hosts} -o StrictHostKeyChecking=yes"
                 ),
+                # The hosts share this machine's filesystem: its system python, not a pyenv shim.
+                "ansible_python_interpreter": "/usr/bin/python3",
                 "fleet_sandbox": state.name,
             },
             "children": {
