@@ -27,6 +27,7 @@ from launcher.deploy.status import UnitStatus, logs, status
 from launcher.errors import ExitCode
 from launcher.execute.hostkeys import KnownHosts
 from launcher.execute.ssh import SshConnector
+from launcher.execute.transport import Transport
 from launcher.model import Host, Inventory, Playbook
 from launcher.output import LinesProgress, LiveProgress, Progress, QuietProgress, dumps, print_table, table
 from launcher.plan import plan
@@ -225,3 +226,66 @@ def logs_command(
     target = load_target(playbook, inventory_path, None, None)
     with _connector(known_hosts, trust_new_hosts) as connector:
         logs(target, connector.connect, click.echo, unit=unit, tail=tail_n, follow=follow, forks=forks)
+
+
+DEMO_PLAYBOOKS = ("single.yaml", "pp2.yaml")
+
+
+@cli.command("demo")
+@click.option("--keep", is_flag=True, help="Leave the sandbox and deployments up afterwards.")
+@click.option("-n", "n_hosts", default=8, show_default=True, type=click.IntRange(7, 64), help="Sandbox hosts.")
+def demo_command(keep: bool, n_hosts: int) -> None:
+    """Bring up a sandbox fleet on this machine (root), deploy the sandbox playbooks on it with
+    ``fleet up``, send a real request to each deployment, show status, tear it all down."""
+    from launcher.sandbox import fleet as sandbox
+
+    root = Path(__file__).resolve().parents[2] / "playbooks" / "sandbox"
+    click.echo(f"sandbox: bringing up {n_hosts} hosts (sshd + dockerd each)...", err=True)
+    st = sandbox.up("demo", n_hosts)
+    code = ExitCode.OK
+    deployed: list[Target] = []
+    try:
+        with _connector((st.known_hosts,), False) as connector:
+            for name in DEMO_PLAYBOOKS:
+                target = load_target(str(root / name), st.inventory, None, ())
+                deployed.append(target)
+                click.echo(f"\n$ fleet up playbooks/sandbox/{name} -i {st.inventory}", err=True)
+                report = orchestrate.up(target, connector.connect, Options(), LinesProgress())
+                _print_report(report, False)
+                if report.exit_code != ExitCode.OK:
+                    code = report.exit_code
+                    break
+                _ask(target, connector.connect)
+                print_table(table(("host", "unit", "role", "rank", "state", "health", "gen", "drift"),
+                                  status_rows(status(target, connector.connect))))  # fmt: skip
+            if not keep:
+                for target in reversed(deployed):
+                    click.echo(f"\n$ fleet down {target.deployment}", err=True)
+                    _print_report(orchestrate.down(target, connector.connect, Options()), False)
+    finally:
+        if keep:
+            click.echo(f"\nkept: inventory {st.inventory}, known hosts {st.known_hosts}", err=True)
+        else:
+            sandbox.down("demo")
+            click.echo("\nsandbox torn down", err=True)
+    sys.exit(int(code))
+
+
+def _ask(target: Target, connect: Callable[[Host], Transport]) -> None:
+    """POST /generate to the deployment's first serving unit, from its own host."""
+    import json
+
+    serving = next(d for d in target.units if d.unit.health is not None)
+    assert serving.unit.health is not None
+    base = serving.unit.health.url.rsplit("/", 1)[0]
+    body = json.dumps({"text": "What is a fleet?", "sampling_params": {"max_new_tokens": 8}})
+    host = next(h for h in target.hosts if h.name == serving.host)
+    transport = connect(host)
+    res = transport.run(("curl", "-fsS", "-m", "30", "-H", "Content-Type: application/json", "-d", body,
+                         f"{base}/generate"), timeout=60)  # fmt: skip
+    if not res.ok:
+        click.echo(f"request to {base}/generate failed: {res.stderr_text.strip()}", err=True)
+        return
+    answer = json.loads(res.stdout_text)
+    served = answer.get("fleet_standin", {})
+    click.echo(f"answer from {served.get('host', '?')} ({served.get('role', '?')}): {answer.get('text', '')!r}")

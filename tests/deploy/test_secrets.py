@@ -1,0 +1,38 @@
+"""Secret sources resolved on the control node; exact messages for bad flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from launcher.deploy.secrets import resolve
+from launcher.errors import UsageError
+from launcher.model import SecretRef
+
+REFS = (SecretRef(name="HF_TOKEN", from_env="HF_TOKEN"),)
+
+
+def test_playbook_source_and_flag_overrides(tmp_path: Path) -> None:
+    f = tmp_path / "tok"
+    f.write_text("from-file\n")
+    assert resolve(REFS, (), {"HF_TOKEN": "from-env"}) == {"HF_TOKEN": "from-env"}
+    assert resolve(REFS, (f"HF_TOKEN=@{f}",), {}) == {"HF_TOKEN": "from-file"}
+    assert resolve(REFS, ("HF_TOKEN=env:OTHER",), {"OTHER": "x"}) == {"HF_TOKEN": "x"}
+
+
+@pytest.mark.parametrize(
+    ("flag", "env", "message"),
+    [
+        ("HF_TOKEN=hf_literal", {}, "--secret HF_TOKEN=...: give @FILE or env:VAR (a value on the command line would show in ps)"),
+        ("NOPE=env:X", {}, "--secret NOPE: the playbook declares no such secret"),
+        ("1BAD", {}, "--secret '1BAD': not a valid environment variable name"),
+        ("HF_TOKEN=@/nonexistent/tok", {}, "secret HF_TOKEN: cannot read /nonexistent/tok: No such file or directory"),
+        ("HF_TOKEN", {}, "secret HF_TOKEN: environment variable HF_TOKEN is not set"),
+        ("HF_TOKEN", {"HF_TOKEN": ""}, "secret HF_TOKEN: empty value"),
+    ],
+)
+def test_bad_sources(flag: str, env: dict[str, str], message: str) -> None:
+    with pytest.raises(UsageError) as err:
+        resolve(REFS, (flag,), env)
+    assert str(err.value) == message
