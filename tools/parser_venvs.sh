@@ -24,7 +24,8 @@ SGLANG_DEPS=(numpy orjson psutil pybase64 requests triton packaging pillow starl
   pydantic pyzmq tqdm IPython aiohttp)
 VLLM_DEPS=(packaging huggingface_hub regex pydantic numpy cbor2 psutil pyzmq urllib3 transformers
   aiohttp requests openai-harmony openai msgspec cloudpickle pillow pybase64 cachetools uvloop
-  py-cpuinfo fastapi prometheus_client partial-json-parser xgrammar llguidance)
+  py-cpuinfo fastapi prometheus_client partial-json-parser xgrammar llguidance
+  gguf)  # gguf: 0.23's cli_args imports it
 
 install() {  # install NAME into venv V; stops at the first failing pip step
   local name="$1" pip=("$2/bin/python" -m pip install -q)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import importlib.metadata
 import io
 import json
@@ -64,14 +65,35 @@ def _sglang_parser() -> argparse.ArgumentParser:
     return parser
 
 
+VLLM_CLI_ARGS_MODULES = (
+    "vllm.entrypoints.common.cli_args",  # 0.33
+    "vllm.entrypoints.launchers.cli_args",  # 0.30
+    "vllm.entrypoints.openai.cli_args",  # 0.23
+)
+
+
 def _vllm_cli() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     """(the `vllm` top-level parser, its `serve` subparser), wired as vllm's cli main does."""
+    from vllm import platforms
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    try:  # 0.33; 0.30 keeps it under launchers/
-        from vllm.entrypoints.common.cli_args import make_arg_parser
-    except ModuleNotFoundError:
-        from vllm.entrypoints.launchers.cli_args import make_arg_parser  # type: ignore[no-redef]
+    if platforms.current_platform.is_unspecified():
+        # 0.23 ignores VLLM_TARGET_DEVICE; its own `vllm bench` entry does the same swap.
+        from vllm.platforms.cpu import CpuPlatform
+
+        platforms.current_platform = CpuPlatform()
+
+    make_arg_parser = None
+    for module in VLLM_CLI_ARGS_MODULES:  # it moved between releases
+        try:
+            make_arg_parser = importlib.import_module(module).make_arg_parser
+            break
+        except ModuleNotFoundError as err:
+            if err.name is None or not module.startswith(err.name):
+                raise  # the module exists but needs a package the venv lacks
+            continue
+    if make_arg_parser is None:
+        raise SystemExit(f"make_arg_parser is in none of {VLLM_CLI_ARGS_MODULES}")
     top = FlexibleArgumentParser(prog="vllm", description="vLLM CLI")
     subparsers = top.add_subparsers(required=False, dest="subparser")
     serve = subparsers.add_parser("serve", usage="vllm serve [model_tag] [options]")
@@ -105,8 +127,8 @@ TARGETS: dict[str, Target] = {
     "vllm-0.23.0": _vllm_target(
         "0.23.0",
         engine="vllm-ascend",
-        note="upstream vLLM 0.23.0 parser standing in for vllm-ascend 0.23 (which needs CANN/torch_npu"
-        " and cannot be installed here); vllm-ascend registers no extra serve flags of its own",
+        note="upstream vLLM 0.23.0 parser standing in for vllm-ascend 0.23, which needs CANN and"
+        " torch_npu and cannot be installed here; anything the Ascend plugin changes is not covered",
     ),
     "sglang-router-0.3.2": Target(
         engine="sglang-router", version="0.3.2", package="sglang-router", build=_router_parser
@@ -214,6 +236,14 @@ def _action_record(action: argparse.Action) -> dict[str, Any]:
     }
 
 
+def _adds_task_hint(parser: argparse.ArgumentParser) -> bool:
+    """Whether error() appends vLLM's "--task is not a vllm serve option" hint."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.suppress(SystemExit):
+        parser.error("unrecognized arguments: --task x")
+    return "Hint: --task" in err.getvalue()
+
+
 def _parser_record(parser: argparse.ArgumentParser) -> dict[str, Any]:
     index = {id(a): i for i, a in enumerate(parser._actions)}
     groups = [
@@ -221,6 +251,7 @@ def _parser_record(parser: argparse.ArgumentParser) -> dict[str, Any]:
         for group in parser._mutually_exclusive_groups
     ]
     return {
+        "task_hint": _adds_task_hint(parser),
         "prog": parser.prog,
         "class": type(parser).__name__,
         "prefix_chars": parser.prefix_chars,
@@ -346,8 +377,12 @@ def main(argv: list[str]) -> int:
         path.write_text(render(record), encoding="utf-8")
         print(path)
     else:
+        # Engines log to stdout (vLLM's logger holds the stream): keep fd 1 for the JSON only.
+        results = os.fdopen(os.dup(1), "w")
+        os.dup2(2, 1)
         argvs = json.load(sys.stdin)
-        json.dump(parse_many(args.name, argvs), sys.stdout)
+        json.dump(parse_many(args.name, argvs), results)
+        results.close()
     return 0
 
 

@@ -101,6 +101,7 @@ class Snapshot:
     source: str  # "argparse", "gflags-help" or "documented"
     note: str
     flexible: bool  # vLLM FlexibleArgumentParser preprocessing applies
+    task_hint: bool  # error() appends vLLM's "--task is not a vllm serve option" hint
     prefix_chars: str
     allow_abbrev: bool
     negative_number_options: bool
@@ -178,6 +179,7 @@ def _load(engine: str, version: str, directory: str) -> Snapshot:
             source=raw["source"],
             note=raw.get("note", ""),
             flexible=False,
+            task_hint=False,
             prefix_chars="-",
             allow_abbrev=False,
             negative_number_options=False,
@@ -195,6 +197,7 @@ def _load(engine: str, version: str, directory: str) -> Snapshot:
         source=raw["source"],
         note=raw.get("note", ""),
         flexible=parser["class"] == "FlexibleArgumentParser",
+        task_hint=parser["task_hint"],
         prefix_chars=parser["prefix_chars"],
         allow_abbrev=parser["allow_abbrev"],
         negative_number_options=parser["has_negative_number_optionals"],
@@ -408,7 +411,7 @@ class _ArgparseRun:
         self._check_required()
         if self.extras:
             message = "unrecognized arguments: " + " ".join(self.extras)
-            if self.snap.flexible and _TASK.search(message):  # vLLM's error() adds this hint
+            if self.snap.task_hint and _TASK.search(message):  # vLLM's error() adds this hint
                 message += (
                     "\n\nHint: --task is not a vllm serve option. For embedding, reranking, or"
                     " reward models, use --runner pooling. To adapt a generative model for"
