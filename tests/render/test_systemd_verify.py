@@ -110,7 +110,7 @@ def test_native_unit_with_missing_absolute_program_is_verified(tmp_path: Path) -
         (lambda t: t.replace("EnvironmentFile=", "Environmentt=", 1), "Unknown key 'Environmentt'"),
         (lambda t: t.replace("[Install]", "[Instal]"), "Unknown section 'Instal'"),
         (lambda t: t.replace("Type=exec", "Type=simpel"), "simpel"),
-        (lambda t: t.replace("ExecStart=/usr/bin/docker run", 'ExecStart=/usr/bin/docker "run', 1), "Unbalanced quotes"),
+        (lambda t: t.replace("ExecStart=/usr/bin/docker run", 'ExecStart=/usr/bin/docker "run', 1), "Unbalanced quoting"),
     ],
 )
 def test_verify_harness_catches_mistakes(mutate: object, message: str, tmp_path: Path) -> None:
