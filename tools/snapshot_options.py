@@ -302,7 +302,9 @@ def _gflags_parse(argv: list[str]) -> tuple[bool, str]:
     expected = [f"ERROR: unknown command line flag '{s[2:]}'" for s in SENTINELS]
     own = [e for e in errors if e not in expected]
     if any("zz_fleet_sentinel" in e for e in own) or len(errors) - len(own) != 2:
-        return False, "ERROR: the last flag is missing its argument"
+        # A sentinel was taken as the last flag's value: alone, gflags would say this.
+        name = argv[-1].lstrip("-").split("=", 1)[0].replace("-", "_") if argv else ""
+        return False, f"ERROR: flag '{name}' is missing its argument"
     if own:
         return False, own[0]
     return True, ""

@@ -704,7 +704,8 @@ def _merge(into: dict[str, Any], update: dict[str, Any]) -> None:
 
 
 def _check_gflags(snapshot: Snapshot, args: tuple[str, ...]) -> tuple[str, ...]:
-    """gflags ParseCommandLineFlags: exact names, ``--name=v``/``--name v``, ``--noBOOL``."""
+    """gflags ParseCommandLineFlags: exact names (``-`` read as ``_``), ``--name=v`` or
+    ``--name v``, ``--noBOOL``; arguments that are not flags are left to the program."""
     problems: list[str] = []
     i = 0
     while i < len(args):
@@ -717,9 +718,9 @@ def _check_gflags(snapshot: Snapshot, args: tuple[str, ...]) -> tuple[str, ...]:
         body = arg[2:] if arg.startswith("--") else arg[1:]
         name, _, value = body.partition("=")
         has_value = "=" in body
-        flag = snapshot.by_string.get(name)
+        flag = snapshot.by_string.get(name.replace("-", "_"))  # gflags reads - as _
         if flag is None and name.startswith("no"):
-            negated = snapshot.by_string.get(name[2:])
+            negated = snapshot.by_string.get(name[2:].replace("-", "_"))
             if negated is not None:  # --noFLAG: false, whatever "=value" follows
                 if negated.type_kind != "bool":
                     problems.append(
@@ -732,17 +733,19 @@ def _check_gflags(snapshot: Snapshot, args: tuple[str, ...]) -> tuple[str, ...]:
             continue
         if flag.type_kind == "bool":
             if has_value and value.lower() not in _GFLAGS_TRUE | _GFLAGS_FALSE:
-                problems.append(f"ERROR: illegal value '{value}' specified for bool flag '{name}'")
+                problems.append(
+                    f"ERROR: illegal value '{value}' specified for bool flag '{flag.dest}'"
+                )
             continue
         if not has_value:
             if i >= len(args):
-                problems.append(f"ERROR: flag '{name}' is missing its argument")
+                problems.append(f"ERROR: flag '{flag.dest}' is missing its argument")
                 continue
             value = args[i]
             i += 1
         if not _gflags_value_ok(flag.type_kind, value):
             problems.append(
-                f"ERROR: illegal value '{value}' specified for {flag.type_kind} flag '{name}'"
+                f"ERROR: illegal value '{value}' specified for {flag.type_kind} flag '{flag.dest}'"
             )
     return tuple(problems)
 
