@@ -4,33 +4,61 @@ Contract: :func:`gather_script` returns shell text (pure) that prints every sect
 ``### fleet:<name> rc=<exit code>`` marker line; :func:`parse_facts` turns that output into a
 :class:`HostFacts` without I/O.  A tool that is missing on the host (exit 127) yields an empty
 section, never an exception: preflight decides what is fatal.  Each section parser also works on
-the tool's output alone, so tests feed them captured real outputs.
+the tool's output alone, so tests feed them outputs in the real tools' formats.
+
+Robustness decisions:
+- Tools that hang on a sick host (``nvidia-smi`` with a GPU off the bus, ``docker`` with a wedged
+  daemon, ``npu-smi``) run under ``timeout``; exit 124 then reads "did not answer".
+- RDMA ports and GIDs are read from sysfs as well as from ``ibv_devinfo``: rdma-core's tools are
+  missing on many hosts whose kernel drivers work.
+- ``ip -j`` needs iproute2 >= 4.13; older hosts fall back to ``ip -o link`` / ``ip -o addr``.
+- Free space is measured per requested path (walking up to the nearest existing parent), so a
+  weights directory that does not exist yet still reports its filesystem.
+- The clock is read first and last; with the control node's times around the SSH call this
+  bounds the host's clock offset (:func:`clock_offset`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Mapping
 
 from launcher.model import GpuSku
 
 MARKER = "### fleet:"
+TOOL_TIMEOUT_S = 30  # per hang-prone tool (nvidia-smi, npu-smi, docker)
+SHM = "/dev/shm"
+
+# sh function: run under coreutils timeout when the host has it.
+_PRELUDE = (
+    "fleet_t() { if command -v timeout >/dev/null 2>&1; then timeout \"$@\"; else shift; \"$@\"; fi; }"
+)
 
 # The sections, in order: name -> shell command.  sysfs is read directly because show_gids is an
 # OFED script that many hosts lack; the loop prints "dev port index type ndev gid" per GID.
 _SECTIONS: tuple[tuple[str, str], ...] = (
+    ("clock_start", "date +%s.%N"),
     ("hostname", "hostname"),
+    ("kernel", "uname -r"),
     (
         "gpus",
-        "nvidia-smi --query-gpu=index,name,memory.total,driver_version,pci.bus_id "
+        f"fleet_t {TOOL_TIMEOUT_S} nvidia-smi --query-gpu=index,name,memory.total,driver_version,pci.bus_id "
         "--format=csv,noheader,nounits",
     ),
-    ("nvidia_smi", "nvidia-smi"),
-    ("npu", "npu-smi info"),
+    ("mig", f"fleet_t {TOOL_TIMEOUT_S} nvidia-smi --query-gpu=index,mig.mode.current --format=csv,noheader"),
+    ("nvidia_smi", f"fleet_t {TOOL_TIMEOUT_S} nvidia-smi"),
+    ("npu", f"fleet_t {TOOL_TIMEOUT_S} npu-smi info"),
     ("ibv_devinfo", "ibv_devinfo"),
+    (
+        "ib_ports",
+        "for p in /sys/class/infiniband/*/ports/*; do [ -e \"$p\" ] || continue; d=${p%/ports/*}; "
+        "printf '%s\\t%s\\t%s\\t%s\\n' \"${d##*/}\" \"${p##*/}\" \"$(cat \"$p/state\" 2>/dev/null)\" "
+        "\"$(cat \"$p/link_layer\" 2>/dev/null)\"; done",
+    ),
     (
         "gids",
         "for g in /sys/class/infiniband/*/ports/*/gids/*; do [ -e \"$g\" ] || continue; "
@@ -39,20 +67,30 @@ _SECTIONS: tuple[tuple[str, str], ...] = (
         "v=$(cat \"$g\" 2>/dev/null); "
         "printf '%s\\t%s\\t%s\\t%s\\t%s\\t%s\\n' \"${d##*/}\" \"${p##*/}\" \"$i\" \"$t\" \"$n\" \"$v\"; done",
     ),
-    ("ip_addr", "ip -j addr show"),
-    ("docker", "docker version --format '{{json .}}'"),
-    ("docker_runtimes", "docker info --format '{{json .Runtimes}}'"),
+    ("ip_addr", "ip -j addr show 2>/dev/null || { ip -o link show && ip -o addr show; }"),
+    ("docker", f"fleet_t {TOOL_TIMEOUT_S} docker version --format '{{{{json .}}}}'"),
+    ("docker_runtimes", f"fleet_t {TOOL_TIMEOUT_S} docker info --format '{{{{json .Runtimes}}}}'"),
+    (
+        "nvidia_toolkit",
+        "for b in nvidia-container-runtime-hook nvidia-container-toolkit nvidia-container-runtime "
+        "nvidia-ctk; do command -v \"$b\"; done; true",
+    ),
     ("dev_infiniband", "ls /dev/infiniband"),
-    ("clock", "date +%s.%N"),
+    ("python3", "python3 -c 'import sys; print(\"%d.%d.%d\" % sys.version_info[:3])'"),
 )
 
 
 def gather_script(paths: tuple[str, ...] = ()) -> str:
-    """The one script a host runs for all its facts; ``paths`` get a free-space line each."""
-    parts = []
-    sections = list(_SECTIONS)
-    if paths:
-        sections.append(("disk", "df -P -B1 " + " ".join(shlex.quote(p) for p in paths)))
+    """The one script a host runs for all its facts.  ``paths`` (and /dev/shm) get a line each
+    with the size and free space of their filesystem."""
+    parts = [_PRELUDE]
+    disk_paths = tuple(dict.fromkeys((*paths, SHM)))
+    disk = (
+        "for p in " + " ".join(shlex.quote(p) for p in disk_paths) + "; do q=$p; "
+        "while [ ! -e \"$q\" ] && [ \"$q\" != / ]; do q=$(dirname \"$q\"); done; "
+        "printf '%s\\t%s\\n' \"$p\" \"$(df -P -B1 \"$q\" 2>/dev/null | tail -n 1)\"; done"
+    )
+    sections = [*_SECTIONS, ("disk", disk), ("clock_end", "date +%s.%N")]
     for name, cmd in sections:
         # Every section runs even if an earlier one failed; stderr is folded into the section
         # so a missing tool is visible, and the marker carries the exit status.
@@ -75,7 +113,7 @@ class Gpu:
 class IbPort:
     hca: str
     port: int
-    state: str  # PORT_ACTIVE, PORT_DOWN, ...
+    state: str  # PORT_ACTIVE, PORT_DOWN, PORT_INIT, ...
     link_layer: str  # "InfiniBand" or "Ethernet" (= RoCE)
     active_mtu: int | None = None
 
@@ -100,20 +138,39 @@ class Interface:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Disk:
+    """The filesystem holding one requested path."""
+
+    path: str  # as requested
+    mount: str  # where its filesystem is mounted
+    total: int  # bytes
+    free: int  # bytes available to unprivileged users (df "Available")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class HostFacts:
     hostname: str = ""
+    kernel: str = ""
     gpus: tuple[Gpu, ...] = ()
+    gpu_error: str | None = None  # nvidia-smi ran but failed ("No devices were found", driver)
+    mig_enabled: tuple[int, ...] = ()  # indices of GPUs in MIG mode
     cuda_version: str | None = None
-    npus: tuple[str, ...] = ()  # Ascend chip names, e.g. "910B3", one per NPU
+    npus: tuple[str, ...] = ()  # Ascend chip names, e.g. "910B3", one per NPU chip
     npu_memory_mib: tuple[int, ...] = ()
+    npu_error: str | None = None
     ib_ports: tuple[IbPort, ...] = ()
     gids: tuple[GidEntry, ...] = ()
     interfaces: tuple[Interface, ...] = ()
     docker_version: str | None = None
+    docker_error: str | None = None  # the daemon did not answer: why
     docker_runtimes: tuple[str, ...] = ()
+    nvidia_toolkit: tuple[str, ...] = ()  # paths of the NVIDIA container toolkit binaries found
     dev_infiniband: tuple[str, ...] = ()
+    python3: str | None = None  # version, None when python3 is not on PATH
     disk_free: Mapping[str, int] = field(default_factory=dict)  # mount target -> bytes free
-    clock: float | None = None
+    disks: tuple[Disk, ...] = ()
+    clock: float | None = None  # host clock (epoch s) at the start of the script
+    clock_end: float | None = None  # ... and at its end
     missing_tools: tuple[str, ...] = ()  # sections whose command was not found
 
     def roce_v2_gid_index(self, hca: str, ipv4: str | None = None) -> int | None:
@@ -129,6 +186,19 @@ class HostFacts:
 
     def interface(self, name: str) -> Interface | None:
         return next((i for i in self.interfaces if i.name == name), None)
+
+    def interface_with(self, ipv4: str) -> Interface | None:
+        return next((i for i in self.interfaces if ipv4 in i.ipv4), None)
+
+    def disk(self, path: str) -> Disk | None:
+        """The filesystem of ``path``: its own line, else the one of the longest requested
+        parent directory."""
+        best: Disk | None = None
+        for d in self.disks:
+            if path == d.path or path.startswith(d.path.rstrip("/") + "/"):
+                if best is None or len(d.path) > len(best.path):
+                    best = d
+        return best
 
 
 _SKU_PATTERNS: tuple[tuple[str, GpuSku], ...] = (
@@ -150,7 +220,8 @@ def gpu_sku(name: str) -> GpuSku | None:
 
 def parse_gpus_csv(text: str) -> tuple[Gpu, ...]:
     """``nvidia-smi --query-gpu=index,name,memory.total,driver_version[,pci.bus_id]
-    --format=csv[,noheader][,nounits]``."""
+    --format=csv[,noheader][,nounits]``.  An unknown size (``[N/A]``, unified-memory parts)
+    reads as 0 MiB."""
     gpus = []
     for line in text.splitlines():
         cells = [c.strip() for c in line.split(",")]
@@ -170,13 +241,45 @@ def parse_gpus_csv(text: str) -> tuple[Gpu, ...]:
     return tuple(gpus)
 
 
+def parse_mig_csv(text: str) -> tuple[int, ...]:
+    """``nvidia-smi --query-gpu=index,mig.mode.current --format=csv,noheader``: GPUs in MIG mode."""
+    out = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) == 2 and cells[0].isdigit() and cells[1] == "Enabled":
+            out.append(int(cells[0]))
+    return tuple(out)
+
+
+def parse_mig_table(nvidia_smi: str) -> tuple[int, ...]:
+    """GPUs in MIG mode from the plain ``nvidia-smi`` table: the ``MIG M.`` cell is the last cell
+    of the third line of each GPU's block (drivers >= 450)."""
+    lines = nvidia_smi.splitlines()
+    if not any("MIG M." in line for line in lines):
+        return ()
+    out = []
+    for i, line in enumerate(lines):
+        if "MIG devices:" in line or "Processes:" in line:
+            break
+        m = re.match(r"^\|\s+(\d+)\s+\S", line)
+        if m and i + 2 < len(lines):
+            cells = [c.strip() for c in lines[i + 2].strip().strip("|").split("|")]
+            if cells and cells[-1] == "Enabled":
+                out.append(int(m.group(1)))
+    return tuple(out)
+
+
 def parse_cuda_version(nvidia_smi: str) -> str | None:
     m = re.search(r"CUDA Version:\s*([\d.]+)", nvidia_smi)
     return m.group(1) if m else None
 
 
 def parse_npu_smi(text: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
-    """``npu-smi info``: chip names and HBM sizes (MB) per NPU, from its box table."""
+    """``npu-smi info``: chip names and HBM sizes (MB), one per NPU chip, from its box table.
+
+    Works for one chip per card (910B: ``| Chip | Bus-Id |``) and for cards with two chips
+    (Atlas A3: ``| Chip  Phy-ID | Bus-Id |``, a row pair per chip); the process table that
+    follows the device table is ignored."""
     names: list[str] = []
     hbm: list[int] = []
     rows = [r for r in text.splitlines() if r.startswith("|")]
@@ -192,6 +295,7 @@ def parse_npu_smi(text: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
 
 
 def parse_ibv_devinfo(text: str) -> tuple[IbPort, ...]:
+    """``ibv_devinfo`` (any verbosity); "No IB devices found" gives no ports."""
     ports: list[IbPort] = []
     hca = ""
     port: int | None = None
@@ -225,6 +329,23 @@ def parse_ibv_devinfo(text: str) -> tuple[IbPort, ...]:
     return tuple(ports)
 
 
+_SYSFS_STATES = {"1": "PORT_DOWN", "2": "PORT_INIT", "3": "PORT_ARMED", "4": "PORT_ACTIVE", "5": "PORT_ACTIVE_DEFER"}
+
+
+def parse_sysfs_ports(text: str) -> tuple[IbPort, ...]:
+    """Lines ``dev<TAB>port<TAB>state<TAB>link_layer`` from the gather script's sysfs walk, where
+    state is the kernel's ``4: ACTIVE`` form."""
+    out = []
+    for line in text.splitlines():
+        cells = line.split("\t")
+        if len(cells) != 4 or not cells[1].isdigit():
+            continue
+        code = cells[2].split(":", 1)[0].strip()
+        out.append(IbPort(hca=cells[0], port=int(cells[1]), state=_SYSFS_STATES.get(code, cells[2].strip()),
+                          link_layer=cells[3].strip()))
+    return tuple(out)
+
+
 def _gid_ipv4(gid: str) -> str | None:
     """The IPv4 address of an IPv4-mapped GID (``::ffff:a.b.c.d``), else None."""
     hexes = gid.replace(":", "").lower()
@@ -235,7 +356,8 @@ def _gid_ipv4(gid: str) -> str | None:
 
 
 def parse_show_gids(text: str) -> tuple[GidEntry, ...]:
-    """The OFED ``show_gids`` table: DEV PORT INDEX GID [IPv4] VER DEV."""
+    """The OFED ``show_gids`` table: DEV PORT INDEX GID [IPv4] VER [DEV].  IPv6 GIDs have an empty
+    IPv4 column; on InfiniBand ports the netdev column is empty."""
     out = []
     for line in text.splitlines():
         cells = line.split()
@@ -272,25 +394,50 @@ def parse_sysfs_gids(text: str) -> tuple[GidEntry, ...]:
 
 
 def parse_ip_addr_json(text: str) -> tuple[Interface, ...]:
+    """``ip -j addr show``.  Entries without a name (old iproute2 prints ``{}`` for links it
+    filtered out) are skipped; VLAN names keep their ``@parent`` off (``ip`` prints it only in
+    text mode)."""
     try:
         data = json.loads(text or "[]")
     except json.JSONDecodeError:
         return ()
     out = []
     for link in data if isinstance(data, list) else []:
+        if not isinstance(link, dict) or not link.get("ifname"):
+            continue
         addrs = tuple(
             a["local"] for a in link.get("addr_info", []) if a.get("family") == "inet" and "local" in a
         )
         flags = link.get("flags", [])
         out.append(
             Interface(
-                name=str(link.get("ifname", "")),
+                name=str(link["ifname"]),
                 mtu=int(link.get("mtu", 0)),
                 up="UP" in flags or link.get("operstate") == "UP",
                 ipv4=addrs,
             )
         )
     return tuple(out)
+
+
+def parse_ip_oneline(text: str) -> tuple[Interface, ...]:
+    """``ip -o link show`` then ``ip -o addr show`` (iproute2 without ``-j``)."""
+    links: dict[str, tuple[int, bool]] = {}
+    addrs: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        link = re.match(r"^\d+:\s+([^:@\s]+)(?:@\S+)?:\s+<([^>]*)>.*?\bmtu (\d+)", line)
+        if link:
+            links[link.group(1)] = (int(link.group(3)), "UP" in link.group(2).split(","))
+            continue
+        addr = re.match(r"^\d+:\s+(\S+)\s+inet\s+(\d+\.\d+\.\d+\.\d+)", line)
+        if addr:
+            addrs.setdefault(addr.group(1), []).append(addr.group(2))
+    return tuple(Interface(name=n, mtu=m, up=up, ipv4=tuple(addrs.get(n, ()))) for n, (m, up) in links.items())
+
+
+def parse_ip(text: str) -> tuple[Interface, ...]:
+    """Either form of the ``ip_addr`` section."""
+    return parse_ip_addr_json(text) if text.lstrip().startswith("[") else parse_ip_oneline(text)
 
 
 def parse_df(text: str) -> dict[str, int]:
@@ -301,6 +448,21 @@ def parse_df(text: str) -> dict[str, int]:
         if len(cells) >= 6 and cells[3].isdigit():
             out[cells[5]] = int(cells[3])
     return out
+
+
+def parse_disks(text: str) -> tuple[Disk, ...]:
+    """Lines ``path<TAB><last line of df -P -B1>`` from the gather script's per-path loop."""
+    out = []
+    for line in text.splitlines():
+        path, _, row = line.partition("\t")
+        cells = row.split()
+        if len(cells) >= 6 and cells[1].isdigit() and cells[3].isdigit():
+            out.append(Disk(path=path, mount=" ".join(cells[5:]), total=int(cells[1]), free=int(cells[3])))
+    return tuple(out)
+
+
+def parse_toolkit(text: str) -> tuple[str, ...]:
+    return tuple(line.strip() for line in text.splitlines() if line.strip().startswith("/"))
 
 
 def split_sections(output: str) -> dict[str, tuple[int, str]]:
@@ -314,12 +476,46 @@ def split_sections(output: str) -> dict[str, tuple[int, str]]:
             if name is not None:
                 sections[name] = (rc, "\n".join(buf))
             head, _, status = line[len(MARKER):].partition(" rc=")
-            name, rc, buf = head.strip(), int(status or 0), []
+            name, rc, buf = head.strip(), int(status) if status.strip().isdigit() else 0, []
         elif name is not None:
             buf.append(line)
     if name is not None:
         sections[name] = (rc, "\n".join(buf))
     return sections
+
+
+def _tool_error(rc: int, text: str, tool: str) -> str | None:
+    """One line saying why a tool that exists failed (None: it succeeded or is absent)."""
+    if rc in (0, 127):
+        return None
+    if rc == 124:
+        return f"{tool} did not answer within {TOOL_TIMEOUT_S}s"
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return first or f"{tool} exited {rc}"
+
+
+def _docker(rc: int, text: str) -> tuple[str | None, str | None]:
+    """(server version, error) from ``docker version --format '{{json .}}'``."""
+    if rc == 127:
+        return None, None  # not installed: missing_tools says so
+    if rc == 124:
+        return None, f"docker did not answer within {TOOL_TIMEOUT_S}s"
+    if rc == 0:
+        try:
+            doc = json.loads(text or "null")
+        except json.JSONDecodeError:
+            doc = None
+        server = doc.get("Server") if isinstance(doc, dict) else None
+        version = server.get("Version") if isinstance(server, dict) else None
+        return (str(version), None) if version else (None, "docker daemon did not report a server version")
+    # The client prints its own JSON before the error line: show the error, not the JSON.
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("{")]
+    return None, lines[0] if lines else f"docker exited {rc}"
+
+
+def _clock(text: str) -> float | None:
+    text = text.strip()
+    return float(text) if re.fullmatch(r"\d+(\.\d+)?", text) else None
 
 
 def parse_facts(output: str) -> HostFacts:
@@ -329,15 +525,12 @@ def parse_facts(output: str) -> HostFacts:
         rc, text = s.get(name, (127, ""))
         return text if rc == 0 else ""
 
+    def raw(name: str) -> tuple[int, str]:
+        return s.get(name, (127, ""))
+
     missing = tuple(sorted(n for n, (rc, _) in s.items() if rc == 127))
     npus, npu_mem = parse_npu_smi(ok("npu"))
-    docker_version: str | None = None
-    try:
-        dv = json.loads(ok("docker") or "null")
-        if isinstance(dv, dict):
-            docker_version = (dv.get("Server") or {}).get("Version") or (dv.get("Client") or {}).get("Version")
-    except json.JSONDecodeError:
-        pass  # an unreachable daemon prints prose; docker_version stays unknown
+    docker_version, docker_error = _docker(*raw("docker"))
     runtimes: tuple[str, ...] = ()
     try:
         rt = json.loads(ok("docker_runtimes") or "null")
@@ -345,20 +538,65 @@ def parse_facts(output: str) -> HostFacts:
             runtimes = tuple(sorted(rt))
     except json.JSONDecodeError:
         pass  # same: no daemon, no runtimes
-    clock_text = ok("clock").strip()
+    gpus_rc, gpus_text = raw("gpus")
+    nvidia_smi = ok("nvidia_smi")
+    ports = parse_ibv_devinfo(ok("ibv_devinfo")) or parse_sysfs_ports(ok("ib_ports"))
+    py = ok("python3").strip()
+    disks = parse_disks(ok("disk"))
     return HostFacts(
         hostname=ok("hostname").strip(),
+        kernel=ok("kernel").strip(),
         gpus=parse_gpus_csv(ok("gpus")),
-        cuda_version=parse_cuda_version(ok("nvidia_smi")),
+        gpu_error=_tool_error(gpus_rc, gpus_text, "nvidia-smi"),
+        mig_enabled=parse_mig_csv(ok("mig")) or parse_mig_table(nvidia_smi),
+        cuda_version=parse_cuda_version(nvidia_smi),
         npus=npus,
         npu_memory_mib=npu_mem,
-        ib_ports=parse_ibv_devinfo(ok("ibv_devinfo")),
+        npu_error=_tool_error(*raw("npu"), "npu-smi"),
+        ib_ports=ports,
         gids=parse_sysfs_gids(ok("gids")),
-        interfaces=parse_ip_addr_json(ok("ip_addr")),
+        interfaces=parse_ip(ok("ip_addr")),
         docker_version=docker_version,
+        docker_error=docker_error,
         docker_runtimes=runtimes,
+        nvidia_toolkit=parse_toolkit(raw("nvidia_toolkit")[1]),
         dev_infiniband=tuple(ok("dev_infiniband").split()),
-        disk_free=parse_df(ok("disk")),
-        clock=float(clock_text) if re.fullmatch(r"\d+(\.\d+)?", clock_text) else None,
+        python3=py if re.fullmatch(r"\d+\.\d+\.\d+", py) else None,
+        disk_free={d.mount: d.free for d in disks} or parse_df(ok("disk")),
+        disks=disks,
+        clock=_clock(ok("clock_start") or ok("clock")),
+        clock_end=_clock(ok("clock_end")),
         missing_tools=missing,
     )
+
+
+def clock_offset(hf: HostFacts, sent: float, received: float) -> tuple[float, float] | None:
+    """(offset, uncertainty) in seconds of the host's clock against the control node's, from the
+    control node's times just before sending the gather script and just after its output came
+    back.  The host's first and last clock reads both happened inside that window, so the
+    offset lies within ``[clock_end - received, clock - sent]``; its midpoint is returned with
+    half the width as the uncertainty."""
+    if hf.clock is None:
+        return None
+    end = hf.clock_end if hf.clock_end is not None else hf.clock
+    high, low = hf.clock - sent, end - received
+    if high < low:  # clocks are not monotonic across the call (stepped): give the wide bound
+        low, high = high, low
+    return (high + low) / 2, (high - low) / 2
+
+
+def to_json(hf: HostFacts) -> dict[str, Any]:
+    """Facts as JSON-ready data (tuples become lists, mappings dicts)."""
+
+    def conv(value: object) -> object:
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return {f.name: conv(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        if isinstance(value, Mapping):
+            return {str(k): conv(v) for k, v in value.items()}
+        if isinstance(value, (tuple, list)):
+            return [conv(v) for v in value]
+        return value
+
+    out = conv(hf)
+    assert isinstance(out, dict)
+    return out
