@@ -35,7 +35,7 @@ def _register() -> None:
     # command set is visible in one place.
     import importlib
 
-    for mod in ("recipes", "inventory", "plan", "render", "run", "sandbox", "deploy", "preflight"):
+    for mod in ("recipes", "inventory", "plan", "render", "run", "sandbox", "deploy", "preflight", "rolling"):
         try:
             importlib.import_module(f"launcher.cli.{mod}")
         except ModuleNotFoundError as err:

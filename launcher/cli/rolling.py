@@ -1,0 +1,181 @@
+"""``fleet restart`` and ``fleet rollback``: rolling restarts and rollbacks (see docs/rolling.md).
+
+Exit codes: 0 every batch healthy; 1 a batch failed (the rollout halted, the failed groups were
+put back on their previous generation where possible, later batches untouched); 2 bad input
+or a refused rollout (one replica without --force, PD without --surge ...); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Sequence
+
+import click
+
+from launcher.cli import cli
+from launcher.cli.deploy import _connector, _progress, _ssh_options, load_target
+from launcher.config.inventory import load_inventory
+from launcher.config.patterns import select
+from launcher.config.playbook import load_playbook
+from launcher.config.recipes import load_catalog
+from launcher.errors import UsageError
+from launcher.model import Playbook
+from launcher.output import dumps, print_table, table
+from launcher.rolling.roll import Action, RollOptions, RollReport, roll
+from launcher.rolling.router_api import RouterClient
+
+
+def rolling_options(
+    playbook: Playbook,
+    *,
+    rolling: bool,
+    max_unavailable: str | None,
+    drain_timeout_s: float | None,
+    **kw: object,
+) -> RollOptions:
+    """Flags over the playbook's ``rollout``; without --rolling and a rolling rollout, one batch."""
+    ro = playbook.rollout
+    if rolling or ro.strategy == "rolling":
+        budget: str | int = max_unavailable if max_unavailable is not None else ro.max_unavailable
+        return RollOptions(
+            max_unavailable=budget,
+            drain_timeout_s=drain_timeout_s if drain_timeout_s is not None else float(ro.drain_timeout_s),
+            **kw,  # type: ignore[arg-type]
+        )
+    if max_unavailable is not None:
+        raise UsageError("--max-unavailable needs --rolling (or rollout: {strategy: rolling} in the playbook)")
+    kw = dict(kw, force=True)
+    return RollOptions(
+        max_unavailable="100%",
+        drain_timeout_s=drain_timeout_s if drain_timeout_s is not None else float(ro.drain_timeout_s),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def print_roll_report(report: RollReport, as_json: bool) -> None:
+    if as_json:
+        click.echo(
+            dumps(
+                {
+                    "deployment": report.deployment,
+                    "action": report.action,
+                    "batches": [list(b) for b in report.batches],
+                    "groups": [
+                        {
+                            "group": g.group, "batch": g.batch, "outcome": g.outcome, "hosts": list(g.hosts),
+                            "generation_before": g.generation_before, "generation_after": g.generation_after,
+                            "drain": g.drain, "detail": g.detail,
+                        }
+                        for g in report.groups
+                    ],
+                    "notes": list(report.notes),
+                    "errors": list(report.errors),
+                    "exit_code": int(report.exit_code),
+                }
+            )
+        )  # fmt: skip
+        return
+    rows = [
+        (
+            str(g.batch) if g.batch else "-", g.group, ",".join(g.hosts), g.outcome,
+            "-" if g.generation_before is None else str(g.generation_before),
+            "-" if g.generation_after is None else str(g.generation_after), g.drain, g.detail,
+        )
+        for g in report.groups
+    ]  # fmt: skip
+    print_table(table(("batch", "group", "hosts", "outcome", "gen before", "gen after", "drain", "detail"), rows,
+                      title=f"{report.deployment}: {report.action}"))  # fmt: skip
+    for note in report.notes:
+        click.echo(f"fleet: note: {note}", err=True)
+    for group, detail in report.details.items():
+        click.echo(f"--- {group}: last log lines", err=True)
+        for line in detail.splitlines():
+            click.echo(f"    {line}", err=True)
+    for err in report.errors:
+        click.echo(f"fleet: error: {err}", err=True)
+
+
+def _routers(urls: Sequence[str]) -> tuple[RouterClient, ...]:
+    return tuple(RouterClient(u) for u in urls)
+
+
+def _common(f: click.decorators.FC) -> click.decorators.FC:
+    for opt in reversed(
+        (
+            click.option("--max-unavailable", "max_unavailable", default=None, metavar="N|N%",
+                         help="Groups out of service at once (default: the playbook's rollout, else 1)."),
+            click.option("--role", default=None, help="Only groups of this role (not for PD)."),
+            click.option("--limit", "limit_pattern", default=None, help="Only groups on hosts matching this pattern (whole groups)."),
+            click.option("--force", is_flag=True, help="Allow restarting a single replica / all replicas at once."),
+            click.option("--drain-timeout", "drain_timeout_s", type=float, default=None,
+                         help="Seconds to wait for in-flight requests (default: the playbook's rollout)."),
+            click.option("--router", "router_urls", multiple=True, metavar="URL",
+                         help="A router (sglang-router 0.3 /workers API) serving this deployment (repeatable); "
+                              "PD: the front router whose workers are the cohorts' routers."),
+            click.option("--surge", "surge_pattern", default=None, help="PD: spare hosts for the new cohort."),
+            click.option("--timeout", "timeout_s", type=float, default=None, help="Health deadline in seconds."),
+            click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
+            click.option("--quiet", "-q", is_flag=True, help="No progress output."),
+            click.option("--break-lock", is_flag=True, help="Take the deploy lock even if another deploy holds it."),
+            click.option("--secret", "secrets", multiple=True, metavar="NAME[=@FILE|=env:VAR]", help="Secret source override."),
+        )
+    ):  # fmt: skip
+        f = opt(f)
+    return f
+
+
+def _run(
+    action: Action, playbook_path: str, inventory_path: str, forks: int, trust_new_hosts: bool,
+    known_hosts: tuple[str, ...], rolling: bool, max_unavailable: str | None, role: str | None,
+    limit_pattern: str | None, force: bool, drain_timeout_s: float | None, router_urls: tuple[str, ...],
+    surge_pattern: str | None, timeout_s: float | None, as_json: bool, quiet: bool, break_lock: bool,
+    secrets: tuple[str, ...],
+) -> None:  # fmt: skip
+    inventory = load_inventory(inventory_path)
+    playbook = load_playbook(Path(playbook_path), load_catalog(), inventory)
+    limit = frozenset(h.name for h in select(inventory, limit_pattern)) if limit_pattern else None
+    options = rolling_options(
+        playbook, rolling=rolling or action == "rollback", max_unavailable=max_unavailable,
+        drain_timeout_s=drain_timeout_s, role=role, limit=limit, force=force, forks=forks,
+        timeout_s=timeout_s, break_lock=break_lock,
+    )  # fmt: skip
+    target = load_target(playbook_path, inventory_path, None, secrets)
+    with ExitStack() as stack:
+        connector = stack.enter_context(_connector(known_hosts, trust_new_hosts))
+        progress = _progress(stack, quiet or as_json)
+        if surge_pattern is not None or any(d.unit.role in ("prefill", "decode") for d in target.units):
+            from launcher.rolling import cohort
+
+            surge = tuple(h.name for h in select(inventory, surge_pattern)) if surge_pattern else ()
+            report = cohort.switch(
+                playbook, inventory, target, surge, connector.connect, _routers(router_urls), options, progress,
+                action=action, secret_flags=secrets,
+            )  # fmt: skip
+        else:
+            report = roll(target, connector.connect, _routers(router_urls), options, progress, action=action)
+    print_roll_report(report, as_json)
+    sys.exit(int(report.exit_code))
+
+
+@cli.command("restart")
+@click.argument("playbook")
+@_ssh_options
+@click.option("--rolling", is_flag=True, help="Restart group by group (default: the playbook's rollout).")
+@_common
+def restart_command(playbook: str, inventory_path: str, rolling: bool, **kw: object) -> None:
+    """Restart PLAYBOOK's engine groups: with --rolling, at most --max-unavailable groups at a
+    time, each taken out of its routers and drained first, health-gated and put back; a failed
+    batch is put back on its previous generation and the rollout halts."""
+    _run("restart", playbook, inventory_path, rolling=rolling, **kw)  # type: ignore[arg-type]
+
+
+@cli.command("rollback")
+@click.argument("playbook")
+@_ssh_options
+@_common
+def rollback_command(playbook: str, inventory_path: str, **kw: object) -> None:
+    """Return every group of PLAYBOOK to the generation kept in prev/ on its hosts, rolling
+    (the generation replaced moves into prev/: rolling back twice goes forward again)."""
+    _run("rollback", playbook, inventory_path, rolling=True, **kw)  # type: ignore[arg-type]

@@ -1,0 +1,72 @@
+"""Putting a unit's previous generation back from ``<unit dir>/prev/`` (kept there by the deploy
+layer's install step), as a swap: the generation being replaced moves into ``prev/``, so a
+second rollback goes forward again.
+
+Contract: builders are pure; :func:`read_prev` and :func:`swap` do one round trip each.  The
+secrets file is never kept in ``prev/``; the unit's current ``secrets.env`` stays in place.
+Start commands follow render's layout: docker ``sh <unit dir>/run.sh``; systemd
+``daemon-reload`` + ``enable --now <unit>.service``.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from launcher.deploy.manifest import MANIFEST, Manifest, parse
+from launcher.deploy.remote import check, sh
+from launcher.execute.transport import Transport
+from launcher.render import SECRETS_FILE
+
+PREV = "prev"
+NEXT = "next"
+
+_READ_PREV = 'if [ -f "$1/prev/manifest.json" ]; then cat "$1/prev/manifest.json"; fi; true'
+
+# $1 unit dir, $2 count of current files, then the current files, then the previous ones.
+_SWAP = (
+    'd=$1; n=$2; shift 2; '
+    '[ -f "$d/prev/manifest.json" ] || { echo "no previous generation kept in $d/prev" >&2; exit 3; }; '
+    'rm -rf "$d/next" && mkdir -m 0700 "$d/next" || exit 1; '
+    'i=0; '
+    'for f in "$@"; do i=$((i+1)); '
+    '  if [ "$i" -le "$n" ]; then '
+    '    if [ -f "$f" ]; then mkdir -p "$d/next$(dirname "$f")" && cp -p "$f" "$d/next$f" || exit 1; fi; '
+    '  else '
+    '    if [ -f "$d/prev$f" ]; then mkdir -p "$(dirname "$f")" && cp -p "$d/prev$f" "$f" || exit 1; fi; '
+    '  fi; '
+    'done; '
+    'if [ -f "$d/manifest.json" ]; then mv "$d/manifest.json" "$d/next/manifest.json"; fi; '
+    'cp -p "$d/prev/manifest.json" "$d/manifest.json" || exit 1; '
+    'i=0; for f in "$@"; do i=$((i+1)); [ "$i" -le "$n" ] || break; keep=0; j=0; '
+    '  for g in "$@"; do j=$((j+1)); [ "$j" -gt "$n" ] && [ "$g" = "$f" ] && keep=1; done; '
+    '  [ "$keep" = 1 ] || rm -f "$f"; '
+    'done; '
+    'rm -rf "$d/prev" && mv "$d/next" "$d/prev"'
+)
+
+
+def kept(files: Sequence[str]) -> list[str]:
+    """The files a generation keeps in prev/: all but its secrets file and manifest."""
+    return [f for f in files if not f.endswith("/" + SECRETS_FILE) and not f.endswith("/" + MANIFEST)]
+
+
+def swap_argv(unit_dir: str, current: Sequence[str], previous: Sequence[str]) -> tuple[str, ...]:
+    """Makes ``previous`` (kept in prev/) current and moves ``current`` into prev/."""
+    cur, old = kept(current), kept(previous)
+    return sh(_SWAP, unit_dir, str(len(cur)), *cur, *old)
+
+
+def read_prev(t: Transport, unit_dir: str) -> Manifest | None:
+    out = check(t, sh(_READ_PREV, unit_dir), label=f"cat {unit_dir}/prev/manifest.json")
+    return parse(out) if out.strip() else None
+
+
+def swap(t: Transport, unit_dir: str, current: Sequence[str], previous: Manifest) -> None:
+    check(t, swap_argv(unit_dir, current, previous.files), label=f"restore {unit_dir}/prev")
+
+
+def start_argvs(m: Manifest, unit_dir: str) -> tuple[tuple[str, ...], ...]:
+    if m.runtime == "docker":
+        return (("sh", f"{unit_dir}/run.sh"),)
+    svc = f"{m.unit}.service"
+    return (("systemctl", "daemon-reload"), ("systemctl", "enable", "--now", svc))

@@ -1,0 +1,455 @@
+"""Rolling restart and rollback of a regular (non-PD) deployment, batch by batch.
+
+Per batch (at most ``max_unavailable`` restart groups, see :mod:`launcher.rolling.batches`):
+take each group's serving rank out of every router it is registered in, wait until the engine
+has no request in flight (bounded by the drain timeout), stop / install / start the group
+through the deploy layer (previous generation kept in ``prev/``), gate on group health, put it
+back into the routers it was in.  Then the next batch.
+
+On a failed batch: the new generation is stopped there (the deploy layer tears it down), the
+previous one is put back from ``prev/`` and started, gated and re-registered; the rollout halts
+and the batches not yet reached are never touched.  ``rollback`` swaps every group back to the
+generation kept in ``prev/``, rolling the same way.
+
+Contract: the deploy lock is held on every host for the whole rollout; the report names what
+happened to every group; errors are one line each.  HTTP to engines goes from their own host
+(over the SSH transport); routers are reached as their :class:`RouterClient` says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Literal, Mapping, Sequence
+
+from launcher.deploy import lock, orchestrate
+from launcher.deploy.desired import Desired, step_of
+from launcher.deploy.health import Verdict, gate
+from launcher.deploy.manifest import Manifest
+from launcher.deploy.orchestrate import Connect, GroupChange, Options, Session, Survey, Target
+from launcher.deploy.remote import check
+from launcher.deploy.steps import stop_argv
+from launcher.errors import ExitCode, FleetError, UsageError
+from launcher.execute.transport import Transport
+from launcher.output import Event, Progress, QuietProgress, mask
+from launcher.render import STOP_TIMEOUT_S
+from launcher.rolling import restore
+from launcher.rolling.batches import RollGroup, RollPlan, plan_roll
+from launcher.rolling.router_api import Drained, HostHttp, RouterClient, RouterError, drain, inflight
+
+Action = Literal["restart", "rollback"]
+GroupOutcome = Literal["restarted", "rolled-back", "unchanged", "failed", "restored", "skipped", "not-reached"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RollOptions:
+    max_unavailable: str | int = 1
+    role: str | None = None
+    limit: frozenset[str] | None = None  # host names of --limit
+    force: bool = False
+    drain_timeout_s: float = 120.0
+    forks: int = 8
+    timeout_s: float | None = None  # health deadline override
+    break_lock: bool = False
+    only_changed: bool = False  # `fleet up` with rollout rolling: unchanged groups stay as they are
+    register_timeout_s: float = 60.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupReport:
+    group: str
+    batch: int  # 1-based
+    outcome: GroupOutcome
+    hosts: tuple[str, ...]
+    generation_before: int | None = None
+    generation_after: int | None = None
+    drain: str = ""  # drained / no-counter / timeout (N left) / -
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RollReport:
+    deployment: str
+    action: Action
+    batches: tuple[tuple[str, ...], ...]
+    groups: tuple[GroupReport, ...]
+    notes: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()
+    details: Mapping[str, str] = field(default_factory=dict)  # group -> failing unit's last log lines
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return ExitCode.FAILED if self.errors else ExitCode.OK
+
+    @property
+    def halted(self) -> bool:
+        return any(g.outcome in ("failed", "restored") for g in self.groups)
+
+
+def plan_for(target: Target, options: RollOptions) -> RollPlan:
+    return plan_roll(
+        [d.unit for d in target.units],
+        max_unavailable=options.max_unavailable,
+        role=options.role,
+        limit=options.limit,
+        force=options.force,
+    )
+
+
+def roll(
+    target: Target,
+    connect: Connect,
+    routers: Sequence[RouterClient],
+    options: RollOptions,
+    progress: Progress = QuietProgress(),
+    *,
+    action: Action = "restart",
+) -> RollReport:
+    """``fleet restart --rolling`` / ``fleet rollback`` / ``fleet up`` with a rolling rollout."""
+    plan = plan_for(target, options)
+    if plan.mode != "groups":
+        raise UsageError(f"deployment {target.deployment} is PD: it rolls by cohort switch (give --surge)")
+    hosts = sorted({h.name for h in target.hosts})
+    owner = lock.owner_line()
+    with Session(target.hosts, connect, options.forks) as session:
+        session.require_all()
+        orchestrate._take_locks(session, hosts, target.deployment, owner, options.break_lock)
+        try:
+            return _Rollout(target, session, routers, options, progress, owner, plan, action).run()
+        finally:
+            session.run(hosts, lambda h, t: lock.release(t, target.deployment, owner))
+
+
+class _Rollout:
+    def __init__(
+        self,
+        target: Target,
+        session: Session,
+        routers: Sequence[RouterClient],
+        options: RollOptions,
+        progress: Progress,
+        owner: str,
+        plan: RollPlan,
+        action: Action,
+    ) -> None:
+        self.target = target
+        self.session = session
+        self.routers = routers
+        self.options = options
+        self.progress = progress
+        self.owner = owner
+        self.plan = plan
+        self.action = action
+        self.secrets = tuple(target.secrets.values())
+        self.desired: dict[str, tuple[Desired, ...]] = {}
+        for g in (*plan.groups, *plan.infra):
+            keys = {(u.host, u.name) for u in g.units}
+            self.desired[g.name] = tuple(d for d in target.units if (d.host, d.name) in keys)
+        self.reports: dict[str, GroupReport] = {}
+        self.errors: list[str] = []
+        self.notes: list[str] = list(plan.notes)
+        self.details: dict[str, str] = {}
+
+    # -- the loop
+
+    def run(self) -> RollReport:
+        hosts = sorted({h.name for h in self.target.hosts})
+        surveys = orchestrate._survey_all(self.target, self.session, hosts)
+        decision = orchestrate.decide(self.target.units, surveys)
+        changing = {g.group for g in decision.changing}
+        if not self.routers:
+            self.notes.append("no router given (--router): groups are not taken out of a load balancer")
+        for name, why in self.plan.skipped:
+            self._report(name, 0, "skipped", detail=why, surveys=surveys)
+        halted = False
+        total = len(self.plan.batches)
+        for i, batch in enumerate(self.plan.batches, start=1):
+            groups = [self.plan.group(n) for n in batch]
+            if halted:
+                for g in groups:
+                    self._report(g.name, i, "not-reached", surveys=surveys)
+                continue
+            if self.options.only_changed:
+                same = [g for g in groups if not any(u.group in changing for u in g.units)]
+                for g in same:
+                    self._report(g.name, i, "unchanged", surveys=surveys)
+                groups = [g for g in groups if g not in same]
+            if self.action == "rollback":
+                missing = self._without_prev(groups, surveys)
+                for g in missing:
+                    self._report(g.name, i, "skipped", detail="no previous generation kept in prev/", surveys=surveys)
+                groups = [g for g in groups if g not in missing]
+            if not groups:
+                continue
+            self.progress.note(f"batch {i}/{total}: {', '.join(g.name for g in groups)}")
+            surveys = {**surveys, **orchestrate._survey_all(self.target, self.session, self._hosts(groups))}
+            halted = not self._batch(i, groups, surveys)
+        if self.options.only_changed and not halted:
+            self._infra(decision.changing, surveys)
+        ordered = [self.reports[n] for n in (*(g.name for g in self.plan.groups), *(g.name for g in self.plan.infra)) if n in self.reports]
+        return RollReport(
+            deployment=self.target.deployment, action=self.action, batches=self.plan.batches,
+            groups=tuple(ordered), notes=tuple(self.notes), errors=tuple(self.errors), details=self.details,
+        )  # fmt: skip
+
+    def _batch(self, i: int, groups: Sequence[RollGroup], surveys: Mapping[str, Survey]) -> bool:
+        """One batch; False when it failed (the rollout halts)."""
+        registered = self._take_out(groups)
+        drained = self._drain(groups)
+        if self.action == "restart":
+            verdicts = self._restart(groups, surveys)
+        else:
+            verdicts = self._swap_back(groups, surveys)
+        ok = True
+        for g in groups:
+            v = verdicts[g.name]
+            how = _drain_text(drained.get(g.name))
+            if v.healthy:
+                outcome: GroupOutcome = "restarted" if self.action == "restart" else "rolled-back"
+                self._put_back(g, registered.get(g.name, ()))
+                self._report(g.name, i, outcome, drain=how, surveys=surveys, after=True)
+                continue
+            ok = False
+            self.errors.append(mask(f"batch {i}: group {g.name}: {v.error}", self.secrets))
+            if v.detail:
+                self.details[g.name] = mask(v.detail, self.secrets)
+            if self.action == "restart":
+                back = self._restore(g, surveys)
+                if back.healthy:
+                    self._put_back(g, registered.get(g.name, ()))
+                    gen = _gen(surveys, self.desired[g.name])
+                    self._report(g.name, i, "restored", drain=how, surveys=surveys,
+                                 detail=f"previous generation {gen if gen is not None else '?'} restored and healthy")  # fmt: skip
+                    continue
+                self.errors.append(mask(f"batch {i}: group {g.name}: restoring the previous generation failed: {back.error}", self.secrets))
+            self._report(g.name, i, "failed", drain=how, surveys=surveys, detail="left stopped")
+        if not ok:
+            self.errors.append(f"rollout halted at batch {i}/{len(self.plan.batches)}: later batches not touched")
+        return ok
+
+    # -- routers
+
+    def _url(self, g: RollGroup) -> str | None:
+        leader = g.leader
+        if leader is None or leader.health is None:
+            return None
+        return leader.health.url.rsplit("/", 1)[0]
+
+    def _take_out(self, groups: Sequence[RollGroup]) -> dict[str, tuple[RouterClient, ...]]:
+        out: dict[str, tuple[RouterClient, ...]] = {}
+        for g in groups:
+            url = self._url(g)
+            if url is None:
+                continue
+            found = []
+            for r in self.routers:
+                if r.remove(url):
+                    found.append(r)
+                    self.progress.update(Event(host=g.hosts[0], unit=g.name, state="out of router", detail=r.base))
+            for r in found:
+                r.wait(url, present=False, timeout_s=self.options.register_timeout_s)
+            out[g.name] = tuple(found)
+        return out
+
+    def _put_back(self, g: RollGroup, routers: Sequence[RouterClient]) -> None:
+        url = self._url(g)
+        if url is None:
+            return
+        for r in routers:
+            try:
+                r.add(url)
+                r.wait(url, present=True, timeout_s=self.options.register_timeout_s)
+                self.progress.update(Event(host=g.hosts[0], unit=g.name, state="back in router", detail=r.base))
+            except RouterError as err:
+                self.errors.append(str(err))
+
+    def _drain(self, groups: Sequence[RollGroup]) -> dict[str, Drained]:
+        probes: dict[str, Callable[[], int | None]] = {}
+        for g in groups:
+            url = self._url(g)
+            leader = g.leader
+            if url is None or leader is None:
+                continue
+            http = HostHttp(self.session.transports[leader.host])
+            probes[g.name] = lambda http=http, url=url: inflight(http, url)  # type: ignore[misc]
+        if not probes:
+            return {}
+        for g in groups:
+            self.progress.update(Event(host=g.hosts[0], unit=g.name, state="draining"))
+        result = drain(probes, self.options.drain_timeout_s)
+        no_counter = sorted(k for k, d in result.items() if d.how == "no-counter")
+        if no_counter:
+            self.notes.append(
+                f"{', '.join(no_counter)}: the engine has no in-flight counter (/get_load, /metrics); "
+                f"in-flight requests finish in its SIGTERM drain (stop grace {STOP_TIMEOUT_S}s)"
+            )
+        return result
+
+    # -- restart / restore / rollback
+
+    def _changes(self, groups: Sequence[RollGroup], reason: str) -> list[GroupChange]:
+        out = []
+        for g in groups:
+            by_group: dict[str, list[Desired]] = {}
+            for d in self.desired[g.name]:
+                by_group.setdefault(d.unit.group, []).append(d)
+            for name, units in by_group.items():
+                out.append(GroupChange(group=name, step=step_of(units), action="restart", reason=reason, units=tuple(units)))
+        return out
+
+    def _restart(self, groups: Sequence[RollGroup], surveys: Mapping[str, Survey]) -> dict[str, Verdict]:
+        options = Options(forks=self.options.forks, timeout_s=self.options.timeout_s)
+        verdicts = orchestrate._start_step(
+            self.target, self.session, self._changes(groups, "rolling restart"), surveys, options, self.progress, self.owner
+        )
+        return {g.name: _merge([verdicts[u] for u in {x.group for x in g.units}]) for g in groups}
+
+    def _restore(self, g: RollGroup, surveys: Mapping[str, Survey]) -> Verdict:
+        """After a failed restart (the new generation already torn down): the previous
+        generation back from prev/, started, gated."""
+        units = self.desired[g.name]
+        olds = {d.name: surveys[d.host].manifests.get(d.name) for d in units}
+        if any(m is None for m in olds.values()):
+            return Verdict(error=FleetError(f"group {g.name} had no previous generation on every rank"))
+        self.progress.note(f"group {g.name}: restoring the previous generation from prev/")
+
+        def put_back(h: str, t: Transport) -> None:
+            for d in units:
+                if d.host != h:
+                    continue
+                old = olds[d.name]
+                assert old is not None
+                if old.render_hash != d.render_hash:
+                    restore.swap(t, d.dir, d.owned, old)
+                self.progress.update(Event(host=h, unit=d.name, state="restoring", detail=f"generation {old.generation}"))
+                for argv in restore.start_argvs(old, d.dir):
+                    check(t, argv, secrets=self.secrets)
+
+        return self._run_and_gate(g, put_back)
+
+    def _without_prev(self, groups: Sequence[RollGroup], surveys: Mapping[str, Survey]) -> list[RollGroup]:
+        missing = []
+        for g in groups:
+            found = self.session.run(
+                self._hosts([g]),
+                lambda h, t, g=g: [restore.read_prev(t, d.dir) for d in self.desired[g.name] if d.host == h],  # type: ignore[misc]
+            )
+            if any(isinstance(r, FleetError) or not isinstance(r, list) or None in r for r in found.values()):
+                missing.append(g)
+        return missing
+
+    def _swap_back(self, groups: Sequence[RollGroup], surveys: Mapping[str, Survey]) -> dict[str, Verdict]:
+        verdicts: dict[str, Verdict] = {}
+        for g in groups:
+            units = self.desired[g.name]
+
+            def back(h: str, t: Transport, units: Sequence[Desired] = units) -> None:
+                mine = [d for d in units if d.host == h]
+                for d in reversed(mine):
+                    self.progress.update(Event(host=h, unit=d.name, state="stopping"))
+                    check(t, stop_argv(d.unit.runtime, d.name, STOP_TIMEOUT_S), label=f"stop {d.name}", timeout=STOP_TIMEOUT_S + 60)
+                for d in mine:
+                    prev = restore.read_prev(t, d.dir)
+                    if prev is None:
+                        raise FleetError(f"{h}: {d.dir}/prev: no previous generation kept")
+                    current = surveys[h].manifests.get(d.name)
+                    restore.swap(t, d.dir, current.files if current else d.owned, prev)
+                    self.progress.update(Event(host=h, unit=d.name, state="restoring", detail=f"generation {prev.generation}"))
+                    for argv in restore.start_argvs(prev, d.dir):
+                        check(t, argv, secrets=self.secrets)
+
+            verdicts[g.name] = self._run_and_gate(g, back)
+        return verdicts
+
+    def _run_and_gate(self, g: RollGroup, fn: Callable[[str, Transport], None]) -> Verdict:
+        units = self.desired[g.name]
+        results = self.session.run(self._hosts([g]), fn)
+        err = next((r for r in results.values() if isinstance(r, FleetError)), None)
+        if err is not None:
+            return Verdict(error=err)
+        by_group: dict[str, list[Desired]] = {}
+        for d in units:
+            by_group.setdefault(d.unit.group, []).append(d)
+        verdicts = gate(
+            by_group, self.session.transports, timeout_override=self.options.timeout_s, forks=self.session.forks,
+            progress=self.progress,
+        )  # fmt: skip
+        return _merge(list(verdicts.values()))
+
+    def _infra(self, changing: Sequence[GroupChange], surveys: Mapping[str, Survey]) -> None:
+        """`fleet up` (rolling): changed router / Mooncake / gateway groups restart after the
+        engines, in start order."""
+        infra_groups = {u.group for g in self.plan.infra for u in g.units}
+        todo = [c for c in changing if c.group in infra_groups]
+        options = Options(forks=self.options.forks, timeout_s=self.options.timeout_s)
+        for step in sorted({c.step for c in todo}):
+            batch = [c for c in todo if c.step == step]
+            verdicts = orchestrate._start_step(self.target, self.session, batch, surveys, options, self.progress, self.owner)
+            for c in batch:
+                v = verdicts[c.group]
+                name = next(g.name for g in self.plan.infra if any(u.group == c.group for u in g.units))
+                if v.healthy:
+                    self._report(name, 0, "restarted", surveys=surveys, after=True)
+                else:
+                    self.errors.append(mask(f"group {c.group}: {v.error}", self.secrets))
+                    self._report(name, 0, "failed", surveys=surveys)
+            if any(not verdicts[c.group].healthy for c in batch):
+                return
+
+    # -- bookkeeping
+
+    def _hosts(self, groups: Sequence[RollGroup]) -> list[str]:
+        return sorted({d.host for g in groups for d in self.desired[g.name]})
+
+    def _report(
+        self,
+        name: str,
+        batch: int,
+        outcome: GroupOutcome,
+        *,
+        surveys: Mapping[str, Survey],
+        drain: str = "-",
+        detail: str = "",
+        after: bool = False,
+    ) -> None:
+        units = self.desired.get(name, ())
+        before = _gen(surveys, units)
+        gen_after: int | None = before
+        if after and outcome == "restarted":
+            gen_after = _next(surveys, units)
+        elif outcome == "rolled-back":
+            gen_after = None  # read back by status
+        hosts = tuple(dict.fromkeys(d.host for d in units))
+        self.reports[name] = GroupReport(
+            group=name, batch=batch, outcome=outcome, hosts=hosts, generation_before=before,
+            generation_after=gen_after, drain=drain, detail=detail,
+        )  # fmt: skip
+
+
+def _merge(verdicts: Sequence[Verdict]) -> Verdict:
+    bad = next((v for v in verdicts if not v.healthy), None)
+    return bad if bad is not None else Verdict(healthy=True)
+
+
+def _gen(surveys: Mapping[str, Survey], units: Sequence[Desired]) -> int | None:
+    for d in units:
+        m: Manifest | None = surveys.get(d.host, Survey(manifests={}, live={})).manifests.get(d.name)
+        if m is not None:
+            return m.generation
+    return None
+
+
+def _next(surveys: Mapping[str, Survey], units: Sequence[Desired]) -> int | None:
+    for d in units:
+        m = surveys.get(d.host, Survey(manifests={}, live={})).manifests.get(d.name)
+        if m is None:
+            return 1
+        return m.generation if m.render_hash == d.render_hash else m.generation + 1
+    return None
+
+
+def _drain_text(d: Drained | None) -> str:
+    if d is None:
+        return "-"
+    if d.how == "timeout":
+        return f"timeout ({d.left} left)"
+    return f"{d.how} {d.waited_s:.1f}s"

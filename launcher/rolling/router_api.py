@@ -1,0 +1,284 @@
+"""The sglang-router (0.3.x, "SGLang Model Gateway") worker-management API, and engine in-flight
+counters for draining.
+
+Router endpoints (checked against the real 0.3.2 binary in the sandbox tests):
+- ``GET /workers`` -> ``{"workers": [{"id", "url", "worker_type", "is_healthy", "load", ...}], ...}``
+- ``POST /workers`` with ``{"url", "worker_type": "regular"|"prefill"|"decode", "bootstrap_port"}``
+  -> 202, queued: the worker appears in ``GET /workers`` once the router has probed it.
+- ``DELETE /workers/{id}`` -> 202, queued.  Requests already proxied to the worker keep
+  streaming; the router's own per-worker load counter is dropped with the worker, so draining
+  reads the engine's counters instead.
+
+Engine counters (:func:`inflight`): SGLang ``GET /get_load`` (``num_reqs`` + ``num_waiting_reqs``
+per DP rank), else ``GET /metrics`` (``sglang:num_running_reqs`` + ``sglang:num_queue_reqs``,
+vLLM ``vllm:num_requests_running`` + ``vllm:num_requests_waiting``).  None when the engine
+exposes neither: the caller then relies on the engine's SIGTERM drain.
+
+Contract: HTTP goes through an :class:`Http` (direct from the control node, or ``curl`` run on a
+host over its SSH transport); a router answering an unexpected status raises
+:class:`RouterError` with the status and the start of the body.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Mapping, Protocol
+
+from launcher.deploy.remote import sh
+from launcher.errors import FleetError
+from launcher.execute.transport import Transport
+
+WorkerType = Literal["regular", "prefill", "decode"]
+POLL_S = 0.2
+
+
+class RouterError(FleetError):
+    """A router refused or failed a worker-management call."""
+
+
+class Http(Protocol):
+    def request(self, method: str, url: str, body: object | None = None, timeout: float = 10.0) -> tuple[int, str]:
+        """``(status, body)``; status 0 when nothing answered (body: the reason)."""
+        ...
+
+
+class DirectHttp:
+    """HTTP from the control node itself."""
+
+    def request(self, method: str, url: str, body: object | None = None, timeout: float = 10.0) -> tuple[int, str]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return int(r.status), r.read().decode(errors="replace")
+        except urllib.error.HTTPError as err:
+            return int(err.code), err.read().decode(errors="replace")
+        except (OSError, ValueError) as err:
+            return 0, str(getattr(err, "reason", err))
+
+
+# curl, else python3: prints the body, then the status code on a line of its own.
+_REQUEST = (
+    'm=$1; u=$2; b=$3; t=$4; '
+    'if command -v curl >/dev/null 2>&1; then '
+    'if [ -n "$b" ]; then exec curl -sS -m "$t" -X "$m" -H "Content-Type: application/json" --data-binary "$b" -w "\\n%{http_code}" "$u"; '
+    'else exec curl -sS -m "$t" -X "$m" -w "\\n%{http_code}" "$u"; fi; '
+    'elif command -v python3 >/dev/null 2>&1; then exec python3 -c "'
+    "import sys, urllib.request, urllib.error\n"
+    "m, u, b, t = sys.argv[1:5]\n"
+    "r = urllib.request.Request(u, data=b.encode() if b else None, method=m, headers={'Content-Type': 'application/json'})\n"
+    "try:\n"
+    "    x = urllib.request.urlopen(r, timeout=float(t)); c, d = x.status, x.read()\n"
+    "except urllib.error.HTTPError as e:\n"
+    "    c, d = e.code, e.read()\n"
+    "sys.stdout.write(d.decode(errors='replace') + '\\n' + str(c))\n"
+    '" "$m" "$u" "$b" "$t"; '
+    'else echo "none of curl, python3 on this host" >&2; exit 127; fi'
+)
+
+
+class HostHttp:
+    """HTTP sent from a host (``curl`` or ``python3`` there) over its open SSH transport: for
+    addresses only the hosts reach (data-plane IPs).  One thread at a time per transport."""
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+
+    def request(self, method: str, url: str, body: object | None = None, timeout: float = 10.0) -> tuple[int, str]:
+        payload = json.dumps(body) if body is not None else ""
+        result = self.transport.run(sh(_REQUEST, method, url, payload, str(int(max(1, timeout)))), timeout=timeout + 30)
+        out = result.stdout_text
+        if not result.ok:
+            return 0, (result.stderr_text or out).strip()
+        text, _, code = out.rpartition("\n")
+        try:
+            return int(code.strip()), text
+        except ValueError:
+            return 0, out.strip()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Worker:
+    id: str
+    url: str
+    worker_type: str
+    healthy: bool
+    load: int
+
+
+def _same(a: str, b: str) -> bool:
+    return a.rstrip("/") == b.rstrip("/")
+
+
+class RouterClient:
+    """One router's worker management."""
+
+    def __init__(self, base_url: str, http: Http | None = None, timeout: float = 10.0) -> None:
+        self.base = base_url.rstrip("/")
+        self.http: Http = http or DirectHttp()
+        self.timeout = timeout
+
+    def __repr__(self) -> str:
+        return f"RouterClient({self.base!r})"
+
+    def _call(self, method: str, path: str, body: object | None = None, ok: tuple[int, ...] = (200,)) -> Any:
+        status, text = self.http.request(method, self.base + path, body, self.timeout)
+        if status not in ok:
+            what = f"HTTP {status}" if status else "no answer"
+            detail = " ".join(text.split())[:200]
+            raise RouterError(f"router {self.base}: {method} {path}: {what}" + (f": {detail}" if detail else ""))
+        try:
+            return json.loads(text) if text.strip() else None
+        except ValueError:
+            return text
+
+    def workers(self) -> tuple[Worker, ...]:
+        doc = self._call("GET", "/workers")
+        items = doc.get("workers", []) if isinstance(doc, dict) else []
+        return tuple(
+            Worker(
+                id=str(w.get("id", "")), url=str(w.get("url", "")), worker_type=str(w.get("worker_type", "regular")),
+                healthy=bool(w.get("is_healthy", False)), load=int(w.get("load") or 0),
+            )
+            for w in items
+            if isinstance(w, dict)
+        )  # fmt: skip
+
+    def find(self, url: str) -> Worker | None:
+        return next((w for w in self.workers() if _same(w.url, url)), None)
+
+    def add(self, url: str, worker_type: WorkerType = "regular", bootstrap_port: int | None = None) -> None:
+        body: dict[str, object] = {"url": url, "worker_type": worker_type}
+        if bootstrap_port is not None:
+            body["bootstrap_port"] = bootstrap_port
+        self._call("POST", "/workers", body, ok=(200, 201, 202))
+
+    def remove(self, url: str) -> bool:
+        """Deregisters ``url``; False if it was not registered."""
+        w = self.find(url)
+        if w is None:
+            return False
+        self._call("DELETE", "/workers/" + urllib.parse.quote(w.id, safe=""), ok=(200, 202, 204, 404))
+        return True
+
+    def wait(
+        self,
+        url: str,
+        *,
+        present: bool,
+        timeout_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        """Until ``url`` is registered and healthy (``present``) or gone (not ``present``)."""
+        deadline = clock() + timeout_s
+        while True:
+            w = self.find(url)
+            if (w is not None and w.healthy) if present else w is None:
+                return
+            if clock() >= deadline:
+                state = "absent" if w is None else ("unhealthy" if not w.healthy else "still registered")
+                want = "registered and healthy" if present else "deregistered"
+                raise RouterError(f"router {self.base}: {url} not {want} after {timeout_s:.0f}s ({state})")
+            sleep(POLL_S)
+
+
+# ---------------------------------------------------------------------------------------------
+# in-flight counters
+
+_METRICS = ("sglang:num_running_reqs", "sglang:num_queue_reqs", "vllm:num_requests_running", "vllm:num_requests_waiting")
+
+
+def parse_get_load(text: str) -> int | None:
+    """SGLang ``/get_load``: a list (one entry per DP rank) or one object with ``num_reqs`` and
+    ``num_waiting_reqs``."""
+    try:
+        doc: Any = json.loads(text)
+    except ValueError:
+        return None
+    items = doc if isinstance(doc, list) else [doc]
+    total, seen = 0, False
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        for key in ("num_reqs", "num_waiting_reqs"):
+            value = item.get(key)
+            if isinstance(value, (int, float)):
+                total += int(value)
+                seen = True
+    return total if seen else None
+
+
+def parse_metrics(text: str) -> int | None:
+    """Prometheus text: the sum of the running and queued request gauges of SGLang or vLLM."""
+    total, seen = 0.0, False
+    for line in text.splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in _METRICS:
+            try:
+                total += float(line.rsplit(" ", 1)[-1])
+            except ValueError:
+                continue
+            seen = True
+    return int(total) if seen else None
+
+
+def inflight(http: Http, base_url: str, timeout: float = 5.0) -> int | None:
+    """Requests running or queued in the engine at ``base_url``; None when it has no counter."""
+    base = base_url.rstrip("/")
+    status, text = http.request("GET", base + "/get_load", None, timeout)
+    if status == 200:
+        n = parse_get_load(text)
+        if n is not None:
+            return n
+    status, text = http.request("GET", base + "/metrics", None, timeout)
+    if status == 200:
+        return parse_metrics(text)
+    return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Drained:
+    how: Literal["drained", "no-counter", "timeout"]
+    left: int = 0  # requests still in flight at the deadline
+    waited_s: float = 0.0
+
+
+def drain(
+    probes: Mapping[str, Callable[[], int | None]],
+    timeout_s: float,
+    *,
+    settle_s: float = 0.5,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Drained]:
+    """Per key, waits until its probe reports 0 in flight, or ``timeout_s``.  Waits ``settle_s``
+    first: requests the router had already picked a worker for may still be arriving there.
+    Probes run one after another on the calling thread."""
+    start = clock()
+    sleep(settle_s)
+    pending = dict(probes)
+    out: dict[str, Drained] = {}
+    while pending:
+        for key, probe in list(pending.items()):
+            n = probe()
+            waited = clock() - start
+            if n is None:
+                out[key] = Drained(how="no-counter", waited_s=waited)
+            elif n <= 0:
+                out[key] = Drained(how="drained", waited_s=waited)
+            elif waited >= timeout_s:
+                out[key] = Drained(how="timeout", left=n, waited_s=waited)
+            else:
+                continue
+            del pending[key]
+        if pending:
+            sleep(POLL_S)
+    return out
