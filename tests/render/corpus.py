@@ -22,11 +22,11 @@ def plan_ids() -> list[str]:
 
 
 @lru_cache(maxsize=None)
-def plans() -> dict[str, Plan]:
-    found = {r.replace("/", "__"): auto_plan(r) for r in recipe_ids()}
+def plan_for(plan_id: str) -> Plan:
+    """One shipped plan by id (recipe ``family__variant`` or ``playbooks__...`` path)."""
+    if not plan_id.startswith("playbooks__"):
+        return auto_plan(plan_id.replace("__", "/"))
     catalog, example = inputs()
-    for path in playbook_paths():
-        inventory = sandbox_inventory() if path.parent.name == "sandbox" else example
-        key = "__".join(path.relative_to(ROOT).with_suffix("").parts)
-        found[key] = plan(inventory, catalog, load_playbook(Path(path), catalog, inventory))
-    return found
+    path = ROOT.joinpath(*plan_id.split("__")).with_suffix(".yaml")
+    inventory = sandbox_inventory() if path.parent.name == "sandbox" else example
+    return plan(inventory, catalog, load_playbook(Path(path), catalog, inventory))

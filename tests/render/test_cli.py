@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from launcher.cli import cli
 from launcher.render import render
-from tests.render.corpus import plans
+from tests.render.corpus import plan_for
 
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = str(ROOT / "inventories" / "example.yaml")
@@ -26,7 +26,7 @@ def test_writes_every_host_file_with_its_mode(tmp_path: Path) -> None:
     out = tmp_path / "out"
     code, stdout, stderr = run("render", PLAYBOOK, "-i", INVENTORY, "-o", str(out))
     assert (code, stderr) == (0, "")
-    expected = render(plans()["playbooks__pd-glm-2p1d-6000d"])
+    expected = render(plan_for("playbooks__pd-glm-2p1d-6000d"))
     written = {p for p in out.rglob("*") if p.is_file()}
     want = {out / h / f.path.lstrip("/") for h, rh in expected.hosts.items() for f in rh.files}
     assert written == want

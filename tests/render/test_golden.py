@@ -12,7 +12,7 @@ import pytest
 
 from launcher.model import Runtime
 from launcher.render import RenderedHost, render
-from tests.render.corpus import plan_ids, plans
+from tests.render.corpus import plan_for, plan_ids
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "render"
 RUNTIMES: tuple[tuple[str, Runtime | None], ...] = (("", None), ("systemd", "systemd"))
@@ -32,7 +32,7 @@ def listing(host: RenderedHost) -> str:
 def expected_files(plan_id: str) -> dict[Path, str]:
     out: dict[Path, str] = {}
     for sub, runtime in RUNTIMES:
-        for name, host in render(plans()[plan_id], runtime).hosts.items():
+        for name, host in render(plan_for(plan_id), runtime).hosts.items():
             out[GOLDEN / plan_id / sub / f"{name}.txt"] = listing(host)
     return out
 
@@ -40,7 +40,7 @@ def expected_files(plan_id: str) -> dict[Path, str]:
 @pytest.mark.parametrize("plan_id", plan_ids())
 def test_render_golden(plan_id: str) -> None:
     files = expected_files(plan_id)
-    assert render(plans()[plan_id]) == render(plans()[plan_id])
+    assert render(plan_for(plan_id)) == render(plan_for(plan_id))
     if os.environ.get("UPDATE_GOLDEN") == "1":
         for stale in (GOLDEN / plan_id).rglob("*.txt"):
             if stale not in files:

@@ -21,7 +21,7 @@ import pytest
 from launcher.model import Plan
 from launcher.render import RenderedFile, render
 from tests.render import factory
-from tests.render.corpus import plans
+from tests.render.corpus import plan_for, plan_ids
 
 STUBS = {
     "docker.service": "[Unit]\nDescription=stub\n\n[Service]\nExecStart=/bin/true\n",
@@ -83,13 +83,12 @@ def verify(files: list[RenderedFile], workdir: Path) -> subprocess.CompletedProc
     )
 
 
-def _all_plans() -> dict[str, Plan]:
-    return {**plans(), "factory-full": factory.full_plan(), "factory-multinode": factory.multinode_plan()}
+FACTORY = {"factory-full": factory.full_plan, "factory-multinode": factory.multinode_plan}
 
 
-@pytest.mark.parametrize("plan_id", sorted(_all_plans()))
+@pytest.mark.parametrize("plan_id", [*plan_ids(), *FACTORY])
 def test_units_verify_clean(plan_id: str, tmp_path: Path) -> None:
-    files = _services(_all_plans()[plan_id])
+    files = _services(FACTORY[plan_id]() if plan_id in FACTORY else plan_for(plan_id))
     assert files
     r = verify(files, tmp_path / "v")
     assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
