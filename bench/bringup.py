@@ -1,0 +1,202 @@
+"""Bring-up overhead of ``fleet up``: wall time to all-healthy minus the units' own start delay.
+
+    sudo python3 bench/bringup.py --runs 3 [--delay 5] [--scenarios pp2,pd]
+
+Scenarios (``playbooks/bench/``), on one sandbox fleet with dockerd on every host (11 hosts):
+  pp2  Kimi TP8 PP2 over two hosts (h6, h7): 2 engine units, one restart group.
+  pd   GLM 2P1D, TP8 PP2 per role (prefill h6-h9, decode h10-h11, two nodes per instance),
+       mooncake transfer, sglang-router on h1: 7 units, 4 groups, 2 start steps.
+Hosts h6-h11 are retagged RTX-6000D in the bench's copy of the sandbox inventory (the GLM PD
+recipe needs that SKU; the hosts are the same stand-in hosts either way).
+
+Every engine stand-in delays its readiness by ``FLEET_STANDIN_START_DELAY`` (``--delay`` s,
+written into the playbook's ``overrides.env``); overhead = wall time of the ``fleet up`` process
+(fresh process: imports, load, plan, render, SSH, docker, health gate) - delay.  Each timed run
+starts from nothing (``fleet down`` before it, untimed) and must end with every unit healthy.
+Like ``bench/fanout.py`` this neutralises the machine's /root/.bashrc on the sandbox hosts
+(``--host-bashrc`` keeps it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import (  # noqa: E402
+    REPO,
+    fmt_s,
+    loadavg,
+    machine,
+    md_table,
+    median,
+    require_root,
+    run_timed,
+    sandbox,
+    spread,
+    write_results,
+)
+
+SCENARIOS = {
+    "pp2": REPO / "playbooks/bench/pp2.yaml",
+    "pd": REPO / "playbooks/bench/pd-2p1d.yaml",
+}
+RTX_HOSTS = ("h6", "h7", "h8", "h9", "h10", "h11")
+HOSTS = 11
+TARGETS = {"pp2": 1.0, "pd": 2.0}
+
+
+def bench_inventory(st: Any, dest: Path) -> Path:
+    doc = yaml.safe_load(Path(st.inventory).read_text())
+    hosts = doc["all"]["children"]["sandbox"]["hosts"]
+    for h in RTX_HOSTS:
+        if h in hosts:
+            hosts[h]["gpu_model"] = "RTX-6000D"
+    dest.write_text("# bench/bringup.py: the sandbox inventory, h6-h11 retagged RTX-6000D\n"
+                    + yaml.safe_dump(doc, sort_keys=False))  # fmt: skip
+    return dest
+
+
+def with_delay(src: Path, dest: Path, delay: float) -> Path:
+    doc = yaml.safe_load(src.read_text())
+    doc["overrides"]["env"]["FLEET_STANDIN_START_DELAY"] = f"{delay:g}"
+    dest.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return dest
+
+
+def fleet(*args: str) -> list[str]:
+    return [sys.executable, "-c", "from launcher.cli import main; main()", *args]
+
+
+def run_streamed(argv: list[str]) -> tuple[float, float, int, str, list[tuple[float, str, str]]]:
+    """Runs ``fleet up`` with its progress lines (``host/unit: state``) on stderr, each stamped
+    with its arrival time since fork; returns wall, CPU, exit status, stdout, events."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    events: list[tuple[float, str, str]] = []
+    assert proc.stderr is not None and proc.stdout is not None
+    out_chunks: list[str] = []
+    reader = threading.Thread(target=lambda: out_chunks.append(proc.stdout.read()))  # type: ignore[union-attr]
+    reader.start()
+    for line in proc.stderr:
+        now = time.perf_counter() - t0
+        who, sep, state = line.rstrip("\n").partition(": ")
+        events.append((round(now, 3), who if sep else "", state if sep else line.rstrip("\n")))
+    rc = proc.wait()
+    wall = time.perf_counter() - t0
+    reader.join()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, rc, "".join(out_chunks), events
+
+
+def timeline(events: list[tuple[float, str, str]]) -> dict[str, float | None]:
+    """When the last unit reached each stage (seconds since fork)."""
+
+    def last(prefix: str, engines_only: bool = False) -> float | None:
+        ts = [t for t, who, st in events if st.startswith(prefix) and (not engines_only or "-router-" not in who)]
+        return max(ts) if ts else None
+
+    first = min((t for t, who, _ in events if who), default=None)
+    return {"first_event": first, "installing": last("installing"), "starting": last("starting"),
+            "engines_healthy": last("healthy", engines_only=True), "healthy": last("healthy"),
+            "failed": last("failed")}  # fmt: skip
+
+
+def one_run(pb: Path, inv: Path, known: str, delay: float) -> dict[str, Any]:
+    down = run_timed(fleet("down", str(pb), "-i", str(inv), "--known-hosts", known, "--quiet"), cwd=REPO)
+    if down.rc != 0:
+        raise SystemExit(f"fleet down failed before a run:\n{down.stderr[-2000:]}")
+    load = loadavg()[0]
+    wall, cpu, rc, stdout, events = run_streamed(fleet("up", str(pb), "-i", str(inv), "--known-hosts", known))
+    tl = timeline(events)
+    rec: dict[str, Any] = {"wall_s": round(wall, 3), "overhead_s": round(wall - delay, 3),
+                           "client_cpu_s": round(cpu, 3), "rc": rc, "load1_before": load,
+                           "down_before_s": round(down.wall_s, 2), "timeline_s": tl}  # fmt: skip
+    if tl["engines_healthy"] is not None:
+        rec["engines_healthy_overhead_s"] = round(tl["engines_healthy"] - delay, 3)
+    outcomes = [line.split() for line in stdout.splitlines() if line.startswith("h") and "fleet-" in line]
+    rec["units"] = len(outcomes)
+    rec["failed_units"] = [o[1] for o in outcomes if len(o) > 3 and o[3] == "failed"]
+    rec["ok"] = rc == 0 and bool(outcomes) and not rec["failed_units"]
+    if not rec["ok"]:
+        rec["stderr_tail"] = "\n".join(st for _, who, st in events if not who)[-1500:]
+    return rec
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="fleet up overhead to all-healthy (sandbox, dockerd)")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--delay", default="5", help="stand-in start delay(s), comma-separated")
+    ap.add_argument("--scenarios", default="pp2,pd")
+    ap.add_argument("--name", default="bench")
+    ap.add_argument("--host-bashrc", action="store_true")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    require_root()
+    delays = [float(d) for d in args.delay.split(",")]
+    scenarios = [s for s in args.scenarios.split(",") if s]
+    doc: dict[str, Any] = {"benchmark": "bringup", "machine": machine(), "argv": sys.argv, "runs": [],
+                           "host_bashrc": args.host_bashrc}  # fmt: skip
+    os.environ.setdefault("FLEET_NO_COLOR", "1")
+    with tempfile.TemporaryDirectory(prefix="fleet-bench-bringup-") as tmp:
+        work = Path(tmp)
+        with sandbox(args.name, HOSTS, docker=True, host_bashrc=args.host_bashrc) as st:
+            rtx = bench_inventory(st, work / "inventory-rtx.yaml")
+            for scenario in scenarios:
+                inv = rtx if scenario == "pd" else Path(st.inventory)  # type: ignore[attr-defined]
+                for delay in delays:
+                    pb = with_delay(SCENARIOS[scenario], work / f"{scenario}.yaml", delay)
+                    for r in range(args.runs):
+                        rec = one_run(pb, inv, st.known_hosts, delay)  # type: ignore[attr-defined]
+                        rec.update(scenario=scenario, delay_s=delay, round=r)
+                        doc["runs"].append(rec)
+                        flag = "ok" if rec["ok"] else "FAILED\n" + rec.get("stderr_tail", "")
+                        print(f"  {scenario:<4} delay {delay:g}: wall {rec['wall_s']:.2f} s  overhead "
+                              f"{rec['overhead_s']:.2f} s  cpu {rec['client_cpu_s']:.2f} s  load {rec['load1_before']}  {flag}",
+                              file=sys.stderr)  # fmt: skip
+                    run_timed(fleet("down", str(pb), "-i", str(inv), "--known-hosts", st.known_hosts, "--quiet"),
+                              cwd=REPO)  # type: ignore[attr-defined]  # fmt: skip
+    doc["machine"]["loadavg_at_end"] = loadavg()
+    rows, summary = [], []
+    for scenario in scenarios:
+        for delay in delays:
+            mine = [r for r in doc["runs"] if r["scenario"] == scenario and r["delay_s"] == delay]
+            runs = [r for r in mine if r["ok"]]
+            over = [r["overhead_s"] for r in runs]
+            eng = [r["engines_healthy_overhead_s"] for r in mine if "engines_healthy_overhead_s" in r]
+            failed = sorted({u for r in mine for u in r["failed_units"]})
+            s = {"scenario": scenario, "delay_s": delay, "overhead_median_s": round(median(over), 3) if over else None,
+                 "overhead_range_s": spread(over), "wall_median_s": round(median([r["wall_s"] for r in runs]), 3) if runs else None,
+                 "engines_healthy_overhead_median_s": round(median(eng), 3) if eng else None,
+                 "engines_healthy_overhead_range_s": spread(eng),
+                 "runs_ok": len(runs), "runs_failed": len(mine) - len(runs), "failed_units": failed,
+                 "target_s": TARGETS[scenario]}  # fmt: skip
+            summary.append(s)
+            rows.append([scenario, f"{delay:g}", fmt_s(s["wall_median_s"] or float("nan")),
+                         f"{fmt_s(s['overhead_median_s'] or float('nan'))} [{s['overhead_range_s']}]",
+                         f"{fmt_s(s['engines_healthy_overhead_median_s'] or float('nan'))} [{s['engines_healthy_overhead_range_s']}]",
+                         f"≤ {TARGETS[scenario]:g}",
+                         f"{len(runs)} ok" + (f", {len(mine) - len(runs)} failed ({', '.join(failed)})" if len(mine) > len(runs) else "")])  # fmt: skip
+    doc["summary"] = summary
+    path = write_results("bringup", doc, args.out)
+    print(md_table(["scenario", "start delay s", "fleet up wall s (median)", "overhead s (median [min–max])",
+                    "engines healthy − delay s", "target s", "runs"], rows))  # fmt: skip
+    print(f"\nresults: {path}", file=sys.stderr)
+    return 0 if all(r["ok"] for r in doc["runs"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
