@@ -2,39 +2,126 @@
 
 Pure: :func:`evaluate` takes a plan, the inventory, the recipe, each host's :class:`HostFacts`
 and the results of the remote probes (:class:`ProbeResults`), and returns one :class:`Check` per
-(unit or host, rule).  The probes themselves are argv lists built here (:func:`probe_argv`) and run
-by the executor, so this module never does I/O.
+(unit or host, rule).  The probes are scripts built here (:func:`host_probe_script`,
+:func:`listener_argv`, :func:`client_argv`, :func:`cleanup_argv`) with parsers for what they
+print; :mod:`launcher.preflight_run` runs them, so this module never does I/O.
 
 Why each rule exists (operator-pain-points.md): HCAs missing or down make NCCL fall back to TCP
 without a word; the RoCE v2 GID index differs per host; NCCL/Gloo bind the wrong NIC when the
 data IP is not on the named interface; mismatched MTUs stall RDMA; weights missing on one rank
-show up only after rank 0 has loaded for ten minutes.
+show up only after rank 0 has loaded for ten minutes; a rank that cannot reach rank 0's
+dist-init port hangs in rendezvous until the engine's own timeout.
+
+Probes and what the hosts need (documented in ``fleet preflight --help`` too):
+- ``sh``, ``ss`` (iproute2; ``netstat`` as fallback), ``du``, ``find``, ``docker`` where units
+  run in containers, and ``python3`` (standard library only) for the reachability probes.
+  A host without python3 gets a warning and no reachability verdict, never a false pass.
+- Reachability: nothing listens on rank 0's dist-init / bootstrap / master ports before launch,
+  so rank 0's host starts a short-lived listener (``python3``, detached, bound to its data IP,
+  killed right after the round; it exits on its own after :data:`LISTENER_LIFE_S` anyway), then
+  every other rank connects with its source address bound to its own data IP, with a timeout.
+  A port our own running unit already holds is connected to as it is.
+- /dev/infiniband inside the image: a real ``docker run --rm --network none --entrypoint ls``
+  of the unit's image with the rendered ``--device``/``--cap-add``/``--ulimit`` flags and the
+  playbook's raw docker args (nothing is pulled: an image not on the host yet is a warning).
+  Verdict: visible → pass; not visible while the plan renders ``--device /dev/infiniband`` →
+  fail (driver, device nodes or docker are broken); not visible because the playbook drops
+  ``--device`` (``overrides.drop_docker_flags``, as the sandbox playbooks do) → warn, every
+  time: RDMA is off by the operator's choice and NCCL/Mooncake run over TCP.
 """
 
 from __future__ import annotations
 
+import json
+import posixpath
+import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Literal, Mapping
+from typing import Iterable, Literal, Mapping, Sequence
 
-from launcher.facts import HostFacts
+from launcher import network
+from launcher.engines import flags
+from launcher.engines.context import BOOTSTRAP, DIST_INIT, MASTER_PORT, NIXL_SIDE_CHANNEL, RAY
+from launcher.facts import MARKER, HostFacts, split_sections
 from launcher.model import Host, Inventory, Plan, Recipe, Unit
 
 Status = Literal["pass", "warn", "fail"]
+Level = Literal["cheap", "full"]
 
 # Free space below which weights/caches are a warning (the recipe's weight size is not known
 # for every entry, so this is a floor, not a fit check).
 MIN_FREE_BYTES = 50 * 1024**3
+CLOCK_TOLERANCE_S = 1.0
+CONNECT_TIMEOUT_S = 3.0
+LISTENER_LIFE_S = 60.0  # a listener left behind by a killed preflight exits by itself
+LISTENER_MARK = "fleet-preflight-listener"
+PROBE_CONTAINER_PREFIX = "fleet-preflight-"
+MANIFEST = "fleet.sha256"
+DU_TIMEOUT_S = 120
+DOCKER_RUN_TIMEOUT_S = 60
+NETWORK_ENV_PREFIXES = ("NCCL_", "GLOO_", "UCX_", "MC_", "MOONCAKE_", "HCCL_", "TP_SOCKET", "SGLANG_HOST_IP")
+GID_ENV = ("NCCL_IB_GID_INDEX", "MC_GID_INDEX", "UCX_IB_GID_INDEX")
+OFFLINE_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Check:
     host: str
-    unit: str  # "" for host-wide checks
+    unit: str  # "" for host-wide checks; the group for group checks
     name: str
     status: Status
     message: str
     fix: str = ""
+
+    def line(self) -> str:
+        """One line for the operator: status, host[/unit], check, message, fix."""
+        where = f"{self.host}/{self.unit}" if self.unit else self.host
+        return f"{self.status}: {where}: {self.name}: {self.message}" + (f" (fix: {self.fix})" if self.fix else "")
+
+
+# ---------------------------------------------------------------------------------------------
+# Probe results
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PathProbe:
+    exists: bool
+    bytes: int | None = None  # None: unknown (du timed out)
+    files: int | None = None
+    manifest: str | None = None  # None: no fleet.sha256; "ok"; else what is wrong with it
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImageProbe:
+    status: Literal["visible", "absent", "no-image", "error"]
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReachTarget:
+    """A port some ranks must reach on another rank's host before they can start."""
+
+    label: str  # dist-init, master-port, ray, bootstrap, nixl-side-channel, mooncake-master
+    group: str  # the group whose port it is
+    unit: str  # the unit that will listen there
+    host: str
+    ip: str  # the listener host's data IP
+    port: int
+    clients: tuple[tuple[str, str, str], ...]  # (host, unit, source IP)
+
+    @property
+    def key(self) -> str:
+        return f"{self.ip}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reach:
+    target: ReachTarget
+    client: str  # host
+    unit: str
+    error: str | None  # None: reached; else why not
+    probed: bool = True  # False: the probe could not run (error says why)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,80 +130,447 @@ class ProbeResults:
 
     listening_ports: Mapping[str, frozenset[int]] = field(default_factory=dict)
     running_units: Mapping[str, frozenset[str]] = field(default_factory=dict)  # our own units
-    path_bytes: Mapping[str, Mapping[str, int | None]] = field(default_factory=dict)  # None = absent
-    infiniband_in_image: Mapping[str, bool] = field(default_factory=dict)
-    reach: Mapping[tuple[str, str], str | None] = field(default_factory=dict)  # (host, target) -> error
-    clock_offset_s: Mapping[str, float] = field(default_factory=dict)
+    paths: Mapping[str, Mapping[str, PathProbe]] = field(default_factory=dict)
+    images: Mapping[tuple[str, str], ImageProbe] = field(default_factory=dict)  # (host, unit)
+    reach: tuple[Reach, ...] = ()
+    listener_errors: Mapping[tuple[str, str], str] = field(default_factory=dict)  # (host, ip:port)
+    clock_offset_s: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # (offset, ±)
+    errors: Mapping[str, str] = field(default_factory=dict)  # host -> why its probe failed
 
 
-def _data_plane(unit: Unit) -> bool:
+# ---------------------------------------------------------------------------------------------
+# What each unit needs (pure, from the plan)
+# ---------------------------------------------------------------------------------------------
+
+
+def data_plane(unit: Unit) -> bool:
+    """Ranks that talk to other hosts over the data plane (multi-node ranks, PD workers)."""
     return unit.role in ("rank", "prefill", "decode") and (unit.nnodes > 1 or unit.role != "rank")
 
 
-def _model_host_path(unit: Unit) -> str | None:
-    """Host path of the unit's weights: the argv's model value mapped back through its mounts."""
-    argv = list(unit.argv)
-    value: str | None = None
-    for flag in ("--model-path", "--model"):
-        if flag in argv and argv.index(flag) + 1 < len(argv):
-            value = argv[argv.index(flag) + 1]
-    if value is None and "serve" in argv and argv.index("serve") + 1 < len(argv):
-        value = argv[argv.index("serve") + 1]
-    if value is None or not value.startswith("/") or unit.container is None:
-        return value if value and value.startswith("/") else None
+def _to_host(unit: Unit, container_path: str) -> str | None:
+    """A container path mapped back to the host through the unit's mounts (native: as is)."""
+    if unit.container is None:
+        return container_path
     for m in sorted(unit.container.mounts, key=lambda m: -len(m.container)):
-        if value == m.container or value.startswith(m.container.rstrip("/") + "/"):
-            return m.host + value[len(m.container.rstrip("/")) :]
+        root = m.container.rstrip("/")
+        if container_path == m.container or container_path.startswith(root + "/"):
+            return m.host.rstrip("/") + container_path[len(root):] if root else m.host
     return None
 
 
-def weight_paths(plan: Plan) -> dict[str, tuple[str, ...]]:
-    """Per host, the weight directories its units read (for the size probe)."""
+def _hf_cache(unit: Unit, repo: str) -> str | None:
+    """Host path of ``repo`` in the Hugging Face hub cache the unit's process uses."""
+    env = unit.env
+    hub = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
+    if not hub:
+        home = env.get("HF_HOME") or ("/root/.cache/huggingface" if unit.container else None)
+        if home is None:
+            return None
+        hub = posixpath.join(home, "hub")
+    host = _to_host(unit, hub)
+    return posixpath.join(host, "models--" + repo.replace("/", "--")) if host else None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WeightNeed:
+    what: str  # "weights" / "draft weights"
+    value: str  # as the engine gets it: a path, or a Hugging Face repo id
+    local: str | None = None  # host path when the engine is given a path
+    staged: str | None = None  # repo id: where the fleet convention stages it ({models_dir}/<repo>)
+    hf_cache: str | None = None  # repo id: the HF cache entry the engine will use
+    beside: bool = False  # must sit beside the target on every rank (DSPARK draft)
+    offline: bool = False  # HF_HUB_OFFLINE: nothing can be downloaded
+
+
+def _model_value(unit: Unit, recipe: Recipe) -> str | None:
+    argv = unit.argv
+    if recipe.engine == "sglang":
+        return flags.value(argv, ("--model-path", "--model"))
+    head, _ = flags.split_items(argv)
+    if "serve" in head and head.index("serve") + 1 < len(head):
+        return head[head.index("serve") + 1]
+    return flags.value(argv, ("--model",))
+
+
+def _draft_value(unit: Unit, recipe: Recipe) -> str | None:
+    if recipe.engine == "sglang":
+        return flags.value(unit.argv, ("--speculative-draft-model-path",))
+    raw = flags.value(unit.argv, ("--speculative-config",))
+    try:
+        config = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    model = config.get("model") if isinstance(config, dict) else None
+    return model if isinstance(model, str) else None
+
+
+def _need(unit: Unit, host: Host, what: str, value: str, beside: bool = False) -> WeightNeed:
+    offline = any(unit.env.get(k, "").lower() in ("1", "true", "yes") for k in OFFLINE_ENV)
+    if value.startswith("/"):
+        return WeightNeed(what=what, value=value, local=_to_host(unit, value), beside=beside, offline=offline)
+    if re.fullmatch(r"[\w.-]+/[\w.-]+", value):
+        return WeightNeed(what=what, value=value, staged=posixpath.join(host.spec.models_dir, value),
+                          hf_cache=_hf_cache(unit, value), beside=beside, offline=offline)
+    return WeightNeed(what=what, value=value, offline=offline)
+
+
+def weight_needs(unit: Unit, host: Host, recipe: Recipe) -> tuple[WeightNeed, ...]:
+    """The weights an engine unit reads (target, and draft when the recipe has one)."""
+    if unit.role not in ("single", "rank", "prefill", "decode") or "ray" in unit.argv[:1]:
+        return ()
+    out = []
+    model = _model_value(unit, recipe)
+    if model:
+        out.append(_need(unit, host, "weights", model))
+    draft = _draft_value(unit, recipe)
+    if draft:
+        beside = bool(recipe.speculative and recipe.speculative.draft_beside_target)
+        out.append(_need(unit, host, "draft weights", draft, beside))
+    return tuple(out)
+
+
+def probe_paths(plan: Plan, inventory: Inventory, recipe: Recipe) -> dict[str, tuple[str, ...]]:
+    """Per host, every path the weight checks look at."""
     out: dict[str, set[str]] = {}
     for u in plan.units:
-        p = _model_host_path(u)
-        if p:
-            out.setdefault(u.host, set()).add(p)
+        for need in weight_needs(u, inventory.host(u.host), recipe):
+            for p in (need.local, need.staged, need.hf_cache):
+                if p:
+                    out.setdefault(u.host, set()).add(p)
     return {h: tuple(sorted(ps)) for h, ps in out.items()}
 
 
-def probe_argv(paths: tuple[str, ...]) -> list[str]:
-    """One shell probe: listening TCP ports, running containers, sizes of ``paths``.
+def image_units(plan: Plan, inventory: Inventory) -> tuple[Unit, ...]:
+    """Units whose image gets the /dev/infiniband probe: containerised data-plane ranks on hosts
+    with an RDMA fabric (one per host and image/flags)."""
+    seen: set[tuple[str, tuple[str, ...]]] = set()
+    out = []
+    for u in plan.units:
+        if u.container is None or not data_plane(u) or inventory.host(u.host).spec.fabric == "none":
+            continue
+        key = (u.host, rdma_probe_flags(u))
+        if key not in seen:
+            seen.add(key)
+            out.append(u)
+    return tuple(out)
 
-    Output sections are ``### ports`` / ``### containers`` / ``### path <p> <bytes|absent>``.
-    """
-    lines = [
-        "echo '### ports'; (ss -Htln 2>/dev/null || netstat -tln 2>/dev/null) | awk '{print $4}'",
-        "echo '### containers'; docker ps --format '{{.Names}}' 2>/dev/null",
+
+def rdma_probe_flags(unit: Unit) -> tuple[str, ...]:
+    """The rendered docker flags that decide what the container sees of RDMA, and the image."""
+    c = unit.container
+    assert c is not None
+    args: list[str] = []
+    for dev in c.devices:
+        args += ["--device", dev]
+    for cap in c.cap_add:
+        args += ["--cap-add", cap]
+    for ulimit in c.ulimits:
+        args += ["--ulimit", ulimit]
+    return (*args, *c.extra_args, c.image)
+
+
+def _leader_ports(unit: Unit) -> list[tuple[str, int]]:
+    out = []
+    for name, label in ((DIST_INIT, "dist-init"), (MASTER_PORT, "master-port"), (RAY, "ray")):
+        if name in unit.ports and unit.nnodes > 1:
+            out.append((label, unit.ports[name]))
+    return out
+
+
+def reach_targets(plan: Plan, inventory: Inventory) -> tuple[ReachTarget, ...]:
+    """Every (listener, port, clients) the ranks need before launch: each group's rank 0
+    dist-init (SGLang) / master port (vLLM mp) / Ray head from its other ranks; every PD prefill
+    leader's bootstrap port (and vLLM's NIXL side channel) from the other prefill ranks of its
+    instance and every decode rank; the Mooncake master from every engine rank using it."""
+
+    def ip(host: str) -> str:
+        return network.data_ip(inventory.host(host))
+
+    by_group: dict[str, list[Unit]] = {}
+    for u in plan.units:
+        by_group.setdefault(u.group, []).append(u)
+    decode = [u for u in plan.units if u.role == "decode"]
+    engines = [u for u in plan.units if u.role in ("single", "rank", "prefill", "decode")]
+    out: list[ReachTarget] = []
+
+    def add(label: str, leader: Unit, port: int, clients: Iterable[Unit]) -> None:
+        seen: dict[str, tuple[str, str, str]] = {}
+        for c in clients:
+            if c.host != leader.host and c.host not in seen:
+                seen[c.host] = (c.host, c.name, ip(c.host))
+        if seen:
+            out.append(ReachTarget(label=label, group=leader.group, unit=leader.name, host=leader.host,
+                                   ip=ip(leader.host), port=port, clients=tuple(seen.values())))
+
+    for group, members in by_group.items():
+        leader = min(members, key=lambda u: u.rank)
+        for label, port in _leader_ports(leader):
+            add(label, leader, port, [m for m in members if m.rank > 0])
+        if leader.role == "prefill":
+            for name, label in ((BOOTSTRAP, "bootstrap"), (NIXL_SIDE_CHANNEL, "nixl-side-channel")):
+                if name in leader.ports:
+                    add(label, leader, leader.ports[name], [m for m in members if m.rank > 0] + decode)
+    for master in (u for u in plan.units if u.role == "mooncake-master"):
+        if "mooncake_master" in master.ports:
+            add("mooncake-master", master, master.ports["mooncake_master"], engines)
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Probe scripts and parsers
+# ---------------------------------------------------------------------------------------------
+
+
+def _section(name: str, cmd: str) -> str:
+    return f"out=$( {{ {cmd} ; }} 2>&1 ); rc=$?; echo '{MARKER}{name} rc='$rc; printf '%s\\n' \"$out\""
+
+
+def host_probe_script(paths: Sequence[str], images: Sequence[Unit] = (), level: Level = "cheap") -> str:
+    """One shell script per host: listening TCP ports, our running units, each path's size
+    and file count with its fleet.sha256 verdict, and the /dev/infiniband probe per image unit.
+
+    Sections: ``ports``, ``units``, ``path:<i>`` (``exists bytes files``), ``manifest:<i>``,
+    ``image:<unit>`` (``i`` indexes ``paths``)."""
+    parts = [
+        "fleet_t() { if command -v timeout >/dev/null 2>&1; then timeout \"$@\"; else shift; \"$@\"; fi; }",
+        _section("ports", "(ss -Htln 2>/dev/null || netstat -tln 2>/dev/null) | awk '{print $4}'"),
+        _section("units", "docker ps --format '{{.Names}}' 2>/dev/null; "
+                 "systemctl list-units --type=service --state=active --plain --no-legend 'fleet-*' "
+                 "2>/dev/null | awk '{print $1}'; true"),
     ]
-    for p in paths:
+    for i, p in enumerate(paths):
         q = shlex.quote(p)
-        lines.append(
-            f"if [ -e {q} ]; then echo \"### path {p} $(du -sb {q} 2>/dev/null | cut -f1)\"; "
-            f"else echo '### path {p} absent'; fi"
-        )
-    return ["sh", "-c", "; ".join(lines)]
+        parts.append(_section(
+            f"path:{i}",
+            f"if [ -e {q} ]; then b=$(fleet_t {DU_TIMEOUT_S} du -sbL {q} 2>/dev/null | cut -f1); "
+            f"n=$(find -L {q} -type f 2>/dev/null | wc -l); echo \"1 ${{b:--}} $n\"; else echo '0 - -'; fi",
+        ))
+        m = shlex.quote(posixpath.join(p, MANIFEST))
+        if level == "full":
+            verify = (f"cd {q} && o=$(sha256sum -c --quiet {MANIFEST} 2>&1); r=$?; "
+                      f"printf '%s\\n' \"$o\" | head -n 20; echo \"listed $(grep -c . {MANIFEST})\"; exit $r")
+        else:
+            verify = (f"cd {q} && n=0; while read -r s f; do f=${{f#\\*}}; n=$((n+1)); "
+                      f"[ -f \"$f\" ] || echo \"$f: missing\"; done < {MANIFEST}; echo \"listed $n\"")
+        parts.append(_section(f"manifest:{i}", f"if [ -f {m} ]; then ( {verify} ); else echo none; fi"))
+    for u in images:
+        name = PROBE_CONTAINER_PREFIX + u.name
+        assert u.container is not None
+        run = shlex.join(("docker", "run", "--rm", "--name", name, "--network", "none",
+                          *rdma_probe_flags(u)[:-1], "--entrypoint", "ls", u.container.image,
+                          "-1", "/dev/infiniband"))
+        image = shlex.quote(u.container.image)
+        parts.append(_section(
+            f"image:{u.name}",
+            f"docker rm -f {shlex.quote(name)} >/dev/null 2>&1; "
+            f"if ! docker image inspect {image} >/dev/null 2>&1; then echo 'fleet: image not present'; exit 3; fi; "
+            f"fleet_t {DOCKER_RUN_TIMEOUT_S} {run}",
+        ))
+    return "\n".join(parts) + "\n"
 
 
-def parse_probe(text: str) -> tuple[frozenset[int], frozenset[str], dict[str, int | None]]:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostProbe:
+    listening: frozenset[int]
+    running: frozenset[str]
+    paths: Mapping[str, PathProbe]
+    images: Mapping[str, ImageProbe]  # unit name -> verdict
+
+
+def _manifest_verdict(rc: int, text: str, level: Level) -> str | None:
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if lines == ["none"]:
+        return None
+    listed = next((int(ln.split()[1]) for ln in lines if re.fullmatch(r"listed \d+", ln)), 0)
+    bad = [ln for ln in lines if not re.fullmatch(r"listed \d+", ln)]
+    if level == "cheap":
+        missing = [ln.rsplit(": missing", 1)[0] for ln in bad if ln.endswith(": missing")]
+        if not missing:
+            return "ok"
+        shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+        return f"{len(missing)} of {listed} files listed in {MANIFEST} are missing ({shown})"
+    if rc == 0:
+        return "ok"
+    failed = [ln.rsplit(":", 1)[0] for ln in bad if ln.endswith("FAILED") or ln.endswith("FAILED open or read")]
+    shown = ", ".join(failed[:3]) + (", ..." if len(failed) > 3 else "")
+    return f"{len(failed)} of {listed} files fail {MANIFEST} ({shown})" if failed else (bad[-1] if bad else f"sha256sum exited {rc}")
+
+
+def _image_verdict(rc: int, text: str) -> ImageProbe:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if rc == 0:
+        devices = [ln for ln in lines if not ln.startswith(("WARNING", "ls:"))]
+        if any(d.startswith("uverbs") for d in devices):
+            return ImageProbe(status="visible", detail=" ".join(devices))
+        return ImageProbe(status="absent", detail="no uverbs device" + (f" (lists {' '.join(devices)})" if devices else ""))
+    if rc == 3 and "fleet: image not present" in lines:
+        return ImageProbe(status="no-image")
+    if rc == 124:
+        return ImageProbe(status="error", detail=f"docker run did not finish within {DOCKER_RUN_TIMEOUT_S}s")
+    if any("/dev/infiniband" in ln and "No such file" in ln and ln.startswith("ls:") for ln in lines):
+        return ImageProbe(status="absent", detail="no /dev/infiniband in the container")
+    err = next((ln for ln in lines if ln.startswith("docker:")), lines[0] if lines else f"docker run exited {rc}")
+    err = err.removeprefix("docker: ").removeprefix("Error response from daemon: ")
+    return ImageProbe(status="error", detail=err)
+
+
+def parse_host_probe(text: str, paths: Sequence[str], level: Level = "cheap") -> HostProbe:
+    s = split_sections(text)
     ports: set[int] = set()
-    names: set[str] = set()
-    paths: dict[str, int | None] = {}
-    section = ""
-    for line in text.splitlines():
-        if line.startswith("### path "):
-            rest = line[len("### path ") :]
-            p, _, size = rest.rpartition(" ")
-            paths[p] = int(size) if size.isdigit() else None
-        elif line.startswith("### "):
-            section = line[4:].strip()
-        elif section == "ports" and ":" in line:
-            port = line.rsplit(":", 1)[1]
-            if port.isdigit():
-                ports.add(int(port))
-        elif section == "containers" and line.strip():
-            names.add(line.strip())
-    return frozenset(ports), frozenset(names), paths
+    for line in s.get("ports", (0, ""))[1].splitlines():
+        port = line.rsplit(":", 1)[-1] if ":" in line else ""
+        if port.isdigit():
+            ports.add(int(port))
+    running = frozenset(
+        ln.strip().removesuffix(".service") for ln in s.get("units", (0, ""))[1].splitlines() if ln.strip()
+    )
+    found: dict[str, PathProbe] = {}
+    for i, p in enumerate(paths):
+        cells = s.get(f"path:{i}", (0, ""))[1].split()
+        if len(cells) != 3:
+            continue
+        exists = cells[0] == "1"
+        m_rc, m_text = s.get(f"manifest:{i}", (0, "none"))
+        found[p] = PathProbe(
+            exists=exists,
+            bytes=int(cells[1]) if cells[1].isdigit() else None,
+            files=int(cells[2]) if cells[2].isdigit() else None,
+            manifest=_manifest_verdict(m_rc, m_text, level) if exists else None,
+        )
+    images = {name.split(":", 1)[1]: _image_verdict(rc, body) for name, (rc, body) in s.items() if name.startswith("image:")}
+    return HostProbe(listening=frozenset(ports), running=running, paths=found, images=images)
+
+
+# Reachability: a detached listener on the leader's host and a client per other host.  Both are
+# python3 with the standard library only; argv carries the data, the code is fixed.
+
+_LISTENER = r"""
+import json, os, selectors, socket, sys, time
+spec, life = json.loads(sys.argv[2]), float(sys.argv[3])
+socks, errors = [], {}
+for ip, port in spec:
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind((ip, port))
+        s.listen(128)
+        socks.append(s)
+    except OSError as e:
+        errors["%s:%d" % (ip, port)] = e.strerror or str(e)
+        s.close()
+if not socks:
+    print(json.dumps({"pid": None, "errors": errors}))
+    sys.exit(0)
+pid = os.fork()
+if pid:
+    print(json.dumps({"pid": pid, "errors": errors}))
+    sys.stdout.flush()
+    os._exit(0)
+os.setsid()
+null = os.open(os.devnull, os.O_RDWR)
+for fd in (0, 1, 2):
+    os.dup2(null, fd)
+sel = selectors.DefaultSelector()
+for s in socks:
+    sel.register(s, selectors.EVENT_READ, None)
+end = time.time() + life
+while time.time() < end:
+    for key, _ in sel.select(max(0.0, end - time.time())):
+        if key.data is None:
+            try:
+                conn, _ = key.fileobj.accept()
+                sel.register(conn, selectors.EVENT_READ, "conn")
+            except OSError:
+                pass
+        else:
+            # The client closes first, so TIME_WAIT stays on its side, not on the port the
+            # engine binds next.
+            sel.unregister(key.fileobj)
+            key.fileobj.close()
+"""
+
+_CLIENT = r"""
+import json, socket, sys, threading, time
+jobs, out = json.loads(sys.argv[2]), {}
+def one(src, dst, port, timeout):
+    key = "%s:%d" % (dst, port)
+    for attempt in (0, 1):
+        s = socket.socket()
+        s.settimeout(timeout)
+        try:
+            s.bind((src, 0))
+        except OSError as e:
+            out[key] = "cannot bind source address %s: %s" % (src, e.strerror or e)
+            s.close()
+            return
+        try:
+            s.connect((dst, port))
+            out[key] = None
+            return
+        except socket.timeout:
+            out[key] = "timed out after %gs" % timeout
+        except OSError as e:
+            out[key] = (e.strerror or str(e)).lower()
+        finally:
+            s.close()
+        if attempt == 0 and "refused" in (out[key] or ""):
+            time.sleep(0.5)
+            continue
+        return
+threads = [threading.Thread(target=one, args=tuple(j)) for j in jobs]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(json.dumps(out, sort_keys=True))
+"""
+
+
+def listener_argv(targets: Sequence[ReachTarget], life_s: float = LISTENER_LIFE_S) -> tuple[str, ...]:
+    spec = json.dumps([[t.ip, t.port] for t in targets])
+    return ("python3", "-c", _LISTENER, LISTENER_MARK, spec, f"{life_s:g}")
+
+
+def parse_listener(text: str) -> tuple[int | None, dict[str, str]]:
+    """(pid of the detached listener or None, ``ip:port`` -> bind error)."""
+    try:
+        doc = json.loads(text.strip().splitlines()[-1]) if text.strip() else None
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        raise ValueError(f"listener printed {text.strip()[:200]!r}")
+    pid = doc.get("pid")
+    errors = doc.get("errors") or {}
+    return (pid if isinstance(pid, int) else None), {str(k): str(v) for k, v in errors.items()}
+
+
+def client_argv(jobs: Sequence[tuple[str, str, int]], timeout_s: float = CONNECT_TIMEOUT_S) -> tuple[str, ...]:
+    """``jobs``: (source IP, destination IP, port)."""
+    return ("python3", "-c", _CLIENT, "fleet-preflight-client",
+            json.dumps([[src, dst, port, timeout_s] for src, dst, port in jobs]))
+
+
+def parse_client(text: str) -> dict[str, str | None]:
+    try:
+        doc = json.loads(text.strip().splitlines()[-1]) if text.strip() else None
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        raise ValueError(f"client printed {text.strip()[:200]!r}")
+    return {str(k): (None if v is None else str(v)) for k, v in doc.items()}
+
+
+def cleanup_argv(pid: int) -> tuple[str, ...]:
+    """Kill our listener ``pid`` only if that pid still runs our listener (pids are reused)."""
+    script = (f"p=$1; if tr '\\0' ' ' < /proc/$p/cmdline 2>/dev/null | grep -q {LISTENER_MARK}; "
+              "then kill \"$p\"; fi; true")
+    return ("sh", "-c", script, "fleet-preflight-cleanup", str(pid))
+
+
+# ---------------------------------------------------------------------------------------------
+# Rules
+# ---------------------------------------------------------------------------------------------
 
 
 def _check(host: str, unit: str, name: str, ok: bool, good: str, bad: str, fix: str,
@@ -125,111 +579,239 @@ def _check(host: str, unit: str, name: str, ok: bool, good: str, bad: str, fix: 
                  message=good if ok else bad, fix="" if ok else fix)
 
 
-def _host_checks(host: Host, units: list[Unit], recipe: Recipe, hf: HostFacts | None) -> list[Check]:
-    h = host.name
-    if hf is None:
-        return [Check(host=h, unit="", name="facts", status="fail",
-                      message="no facts gathered", fix=f"run: fleet facts -i <inventory> --limit {h}")]
-    out: list[Check] = []
-    gpu_units = [u for u in units if u.gpus]
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} B"
+
+
+def parse_size(text: str) -> int | None:
+    """Docker's size spelling (``32g``, ``512m``, ``1gb``) in bytes."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([bkmgt]?)b?", text.strip().lower())
+    if not m:
+        return None
+    scale = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}[m.group(2)]
+    return int(float(m.group(1)) * scale)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Needs:
+    """What a host must offer, from its planned units (or from the recipe when planning failed)."""
+
+    gpus: int  # device indices used: 0..gpus-1
+    containers: bool
+    docker_gpus: bool  # some unit passes --gpus
+    data_plane: bool
+    shm: int | None  # bytes wanted in the host's /dev/shm (units with --ipc host)
+
+
+def _needs_of(units: Sequence[Unit]) -> _Needs:
+    shm = [parse_size(u.container.shm_size) for u in units
+           if u.container is not None and u.container.ipc_host and u.container.shm_size]
+    return _Needs(
+        gpus=max((max(u.gpus) + 1 for u in units if u.gpus), default=0),
+        containers=any(u.container is not None for u in units),
+        docker_gpus=any(u.container is not None and u.container.gpus for u in units),
+        data_plane=any(data_plane(u) for u in units),
+        shm=max((s for s in shm if s), default=None),
+    )
+
+
+def recipe_needs(recipe: Recipe, host: Host) -> _Needs:
+    return _Needs(gpus=recipe.hardware.gpus_per_node, containers=host.spec.runtime == "docker",
+                  docker_gpus=host.spec.runtime == "docker" and recipe.engine != "vllm-ascend",
+                  data_plane=recipe.topology != "single", shm=parse_size(recipe.shm_size))
+
+
+def _docker_fix(error: str) -> str:
+    if "permission denied" in error:
+        return "connect as root or add the SSH user to the docker group"
+    return "start the docker daemon (systemctl start docker) and check it answers: docker info"
+
+
+def _accelerator_checks(h: str, recipe: Recipe, hf: HostFacts, need: int) -> list[Check]:
     if recipe.engine == "vllm-ascend":
-        need = max((max(u.gpus) + 1 for u in gpu_units), default=0)
-        out.append(_check(h, "", "npus", len(hf.npus) >= need, f"{len(hf.npus)} NPUs",
-                          f"{len(hf.npus)} NPUs found, units need {need}",
-                          "check npu-smi info and the Ascend driver"))
-    elif gpu_units:
-        need = max(max(u.gpus) + 1 for u in gpu_units)
-        skus = sorted({g.sku or g.name for g in hf.gpus})
-        out.append(_check(h, "", "driver", bool(hf.gpus), f"driver {hf.gpus[0].driver}" if hf.gpus else "",
-                          "nvidia-smi found no GPU (driver missing or not loaded)",
-                          "install/load the NVIDIA driver; nvidia-smi must list the GPUs"))
-        if hf.gpus:
-            ok_sku = all(g.sku in recipe.hardware.skus for g in hf.gpus)
-            out.append(_check(h, "", "gpu-sku", ok_sku, f"{len(hf.gpus)}× {', '.join(skus)}",
-                              f"GPUs are {', '.join(skus)}; recipe {recipe.id} needs "
-                              f"{' or '.join(recipe.hardware.skus)}",
-                              "place the recipe on matching hosts (fleet recipes fit)"))
-            out.append(_check(h, "", "gpu-count", len(hf.gpus) >= need, f"{len(hf.gpus)} GPUs",
-                              f"{len(hf.gpus)} GPUs found, units use indices up to {need - 1}",
-                              "fix gpu_count in the inventory or the placement"))
-            want = recipe.hardware.min_gpu_memory_gib
-            if want is not None:
-                have = min(g.memory_mib for g in hf.gpus) // 1024
-                out.append(_check(h, "", "gpu-memory", have >= want, f"{have} GiB per GPU",
-                                  f"{have} GiB per GPU, recipe needs {want} GiB",
-                                  "place the recipe on hosts with larger GPUs"))
-    if any(u.container is not None for u in units):
-        out.append(_check(h, "", "docker", hf.docker_version is not None,
-                          f"docker {hf.docker_version}", "docker daemon not answering",
-                          "install docker and start the daemon"))
-        if gpu_units and recipe.engine != "vllm-ascend" and hf.docker_version is not None:
-            out.append(_check(h, "", "nvidia-runtime", "nvidia" in hf.docker_runtimes,
-                              "nvidia runtime registered", "docker has no nvidia runtime",
-                              "install nvidia-container-toolkit and run nvidia-ctk runtime configure",
-                              bad_status="warn"))
-    spec = host.spec
-    if any(_data_plane(u) for u in units):
-        out.extend(_fabric_checks(host, units, hf))
-    for d in (spec.models_dir, spec.cache_dir):
-        free = next((v for k, v in sorted(hf.disk_free.items(), key=lambda kv: -len(kv[0]))
-                     if d == k or d.startswith(k.rstrip("/") + "/")), None)
-        if free is not None:
-            out.append(_check(h, "", f"disk {d}", free >= MIN_FREE_BYTES, f"{free // 1024**3} GiB free",
-                              f"only {free // 1024**3} GiB free", "free space for weights and caches",
-                              bad_status="warn"))
+        if hf.npu_error:
+            return [Check(host=h, unit="", name="npus", status="fail", message=f"npu-smi: {hf.npu_error}",
+                          fix="check the Ascend driver and that no other process holds the NPUs")]
+        return [_check(h, "", "npus", len(hf.npus) >= need, f"{len(hf.npus)} NPUs",
+                       f"{len(hf.npus)} NPUs found, units need {need}",
+                       "check npu-smi info and the Ascend driver")]
+    out: list[Check] = []
+    if not hf.gpus:
+        if hf.gpu_error:
+            message = f"nvidia-smi: {hf.gpu_error}"
+        elif "gpus" in hf.missing_tools:
+            message = "nvidia-smi not found: no NVIDIA driver installed"
+        else:
+            message = "nvidia-smi found no GPU"
+        return [Check(host=h, unit="", name="driver", status="fail", message=message,
+                      fix="install/load the NVIDIA driver; nvidia-smi must list the GPUs")]
+    out.append(Check(host=h, unit="", name="driver", status="pass",
+                     message=f"driver {hf.gpus[0].driver}" + (f", CUDA {hf.cuda_version}" if hf.cuda_version else "")))
+    skus = sorted({g.sku or g.name for g in hf.gpus})
+    ok_sku = all(g.sku in recipe.hardware.skus for g in hf.gpus)
+    out.append(_check(h, "", "gpu-sku", ok_sku, f"{len(hf.gpus)}x {', '.join(skus)}",
+                      f"GPUs are {', '.join(skus)}; recipe {recipe.id} needs {' or '.join(recipe.hardware.skus)}",
+                      "place the recipe on matching hosts (fleet recipes fit)"))
+    out.append(_check(h, "", "gpu-count", len(hf.gpus) >= need, f"{len(hf.gpus)} GPUs",
+                      f"{len(hf.gpus)} GPUs found, units use indices up to {need - 1}",
+                      "fix gpu_count in the inventory or the placement"))
+    want = recipe.hardware.min_gpu_memory_gib
+    known = [g.memory_mib for g in hf.gpus if g.memory_mib]
+    if want is not None and known:
+        have = min(known) // 1024
+        out.append(_check(h, "", "gpu-memory", have >= want, f"{have} GiB per GPU",
+                          f"{have} GiB per GPU, recipe needs {want} GiB",
+                          "place the recipe on hosts with larger GPUs"))
+    mig = sorted(i for i in hf.mig_enabled if i < need)
+    if mig:
+        shown = ", ".join(map(str, mig))
+        out.append(Check(host=h, unit="", name="mig", status="fail",
+                         message=f"MIG is enabled on GPU {shown}: engines would see MIG slices, not whole GPUs",
+                         fix=f"nvidia-smi -i {mig[0]} -mig 0 on each such GPU, then reset it (nvidia-smi -r)"))
     return out
 
 
-def _fabric_checks(host: Host, units: list[Unit], hf: HostFacts) -> list[Check]:
+def _host_checks(host: Host, needs: _Needs, recipe: Recipe, hf: HostFacts | None,
+                 unreachable: str | None = None) -> list[Check]:
+    h = host.name
+    if hf is None:
+        if unreachable:
+            return [Check(host=h, unit="", name="ssh", status="fail", message=f"unreachable: {unreachable}",
+                          fix=f"check SSH to {h}: fleet run -i <inventory> {h} -- true")]
+        return [Check(host=h, unit="", name="facts", status="fail",
+                      message="no facts gathered", fix=f"run: fleet facts -i <inventory> --limit {h}")]
+    out: list[Check] = []
+    if needs.gpus:
+        out += _accelerator_checks(h, recipe, hf, needs.gpus)
+    if needs.containers:
+        if "docker" in hf.missing_tools:
+            out.append(Check(host=h, unit="", name="docker", status="fail", message="docker is not installed",
+                             fix="install docker (docker-ce or docker.io)"))
+        elif hf.docker_version is None:
+            err = hf.docker_error or "docker daemon not answering"
+            out.append(Check(host=h, unit="", name="docker", status="fail",
+                             message=f"docker daemon not answering: {err}", fix=_docker_fix(err)))
+        else:
+            out.append(Check(host=h, unit="", name="docker", status="pass", message=f"docker {hf.docker_version}"))
+            if needs.docker_gpus:
+                ok = "nvidia" in hf.docker_runtimes or bool(hf.nvidia_toolkit)
+                have = "nvidia runtime registered" if "nvidia" in hf.docker_runtimes else "nvidia-container-toolkit installed"
+                out.append(_check(h, "", "nvidia-runtime", ok, have,
+                                  "docker cannot pass GPUs (--gpus): no nvidia runtime and no NVIDIA container "
+                                  "toolkit on the host",
+                                  "install nvidia-container-toolkit, run nvidia-ctk runtime configure "
+                                  "--runtime=docker and restart docker"))
+    spec = host.spec
+    if needs.data_plane:
+        out.extend(_fabric_checks(host, hf))
+    for label, d in (("models", spec.models_dir), ("cache", spec.cache_dir)):
+        disk = hf.disk(d)
+        if disk is not None:
+            out.append(_check(h, "", f"disk {d}", disk.free >= MIN_FREE_BYTES,
+                              f"{_size(disk.free)} free on {disk.mount}",
+                              f"only {_size(disk.free)} free on {disk.mount} ({label} dir {d})",
+                              f"free space for {'weights' if label == 'models' else 'caches'} under {d}",
+                              bad_status="warn"))
+    shm = hf.disk("/dev/shm")
+    if needs.shm and shm is not None:
+        out.append(_check(h, "", "/dev/shm", shm.total >= needs.shm, f"/dev/shm is {_size(shm.total)}",
+                          f"/dev/shm is {_size(shm.total)}, units want {_size(needs.shm)}: with --ipc host "
+                          "the container uses the host's /dev/shm and --shm-size does not apply",
+                          f"mount -o remount,size={needs.shm // 1024**3 or 1}G /dev/shm (and in /etc/fstab)",
+                          bad_status="warn"))
+    return out
+
+
+def _fabric_checks(host: Host, hf: HostFacts) -> list[Check]:
     h, spec = host.name, host.spec
     out: list[Check] = []
     if spec.nccl_ifname:
         iface = hf.interface(spec.nccl_ifname)
-        out.append(_check(h, "", "interface", iface is not None and iface.up,
-                          f"{spec.nccl_ifname} up", f"interface {spec.nccl_ifname} missing or down",
-                          "set nccl_ifname to the data-plane NIC (ip -br addr)"))
-        if iface is not None and spec.data_ip:
-            out.append(_check(h, "", "data-ip", spec.data_ip in iface.ipv4,
-                              f"{spec.data_ip} on {spec.nccl_ifname}",
-                              f"data_ip {spec.data_ip} is not on {spec.nccl_ifname} "
-                              f"(has {', '.join(iface.ipv4) or 'no IPv4'})",
-                              "fix data_ip or nccl_ifname so NCCL/Gloo bind the right NIC"))
+        if iface is None:
+            names = ", ".join(i.name for i in hf.interfaces if i.name != "lo") or "none"
+            out.append(Check(host=h, unit="", name="interface", status="fail",
+                             message=f"interface {spec.nccl_ifname} not found (host has {names})",
+                             fix="set nccl_ifname to the data-plane NIC (ip -br addr)"))
+        else:
+            out.append(_check(h, "", "interface", iface.up, f"{spec.nccl_ifname} up, MTU {iface.mtu}",
+                              f"interface {spec.nccl_ifname} is down", f"ip link set {spec.nccl_ifname} up"))
+            if spec.data_ip:
+                elsewhere = hf.interface_with(spec.data_ip)
+                where = f"; {spec.data_ip} is on {elsewhere.name}" if elsewhere and elsewhere is not iface else ""
+                out.append(_check(h, "", "data-ip", spec.data_ip in iface.ipv4,
+                                  f"{spec.data_ip} on {spec.nccl_ifname}",
+                                  f"data_ip {spec.data_ip} is not on {spec.nccl_ifname} "
+                                  f"(it has {', '.join(iface.ipv4) or 'no IPv4'}{where})",
+                                  "fix data_ip or nccl_ifname so NCCL/Gloo bind the right NIC"))
+            if spec.mtu is not None:
+                # The inventory's mtu may be the NIC's or, on InfiniBand, the HCA ports' MTU.
+                hca_mtus = {p.active_mtu for p in hf.ib_ports if p.hca in spec.hcas and p.active_mtu}
+                out.append(_check(h, "", "mtu", spec.mtu == iface.mtu or spec.mtu in hca_mtus,
+                                  f"MTU {spec.mtu} as the inventory says",
+                                  f"{spec.nccl_ifname} has MTU {iface.mtu}"
+                                  + (f" (HCA ports {', '.join(map(str, sorted(hca_mtus)))})" if hca_mtus else "")
+                                  + f", the inventory says {spec.mtu}",
+                                  f"ip link set {spec.nccl_ifname} mtu {spec.mtu} (and in the host's network "
+                                  "config), or fix mtu in the inventory", bad_status="warn"))
     if spec.fabric == "none":
         return out
     layer = "Ethernet" if spec.fabric == "roce" else "InfiniBand"
+    listed = ", ".join(sorted({p.hca for p in hf.ib_ports})) or "none"
     for hca in spec.hcas:
         port = next((p for p in hf.ib_ports if p.hca == hca), None)
         if port is None:
             out.append(Check(host=h, unit="", name=f"hca {hca}", status="fail",
-                             message=f"HCA {hca} not found (ibv_devinfo lists "
-                             f"{', '.join(sorted({p.hca for p in hf.ib_ports})) or 'none'})",
+                             message=f"HCA {hca} not found (ibv_devinfo lists {listed})",
                              fix="fix hcas in the inventory or the RDMA driver; without it NCCL "
                              "silently falls back to TCP"))
             continue
         ok = port.state == "PORT_ACTIVE" and port.link_layer == layer
+        fix = ("start a subnet manager (opensm) on the fabric" if port.state == "PORT_INIT"
+               else "bring the port up / check cabling and fabric")
         out.append(_check(h, "", f"hca {hca}", ok, f"{hca} port {port.port} ACTIVE ({layer})",
                           f"{hca} port {port.port} is {port.state} ({port.link_layer}), want "
-                          f"PORT_ACTIVE ({layer})", "bring the port up / check cabling and fabric"))
-        if spec.fabric == "roce":
-            found = hf.roce_v2_gid_index(hca, spec.data_ip)
-            for u in units:
-                if not _data_plane(u):
-                    continue
-                env_gid = u.env.get("NCCL_IB_GID_INDEX")
-                if found is None:
-                    out.append(Check(host=h, unit=u.name, name=f"gid {hca}", status="fail",
-                                     message=f"{hca} has no RoCE v2 IPv4 GID"
-                                     + (f" for {spec.data_ip}" if spec.data_ip else ""),
-                                     fix="assign the data IP to the HCA's netdev; check show_gids"))
-                else:
-                    out.append(_check(h, u.name, f"gid {hca}", env_gid == str(found),
-                                      f"NCCL_IB_GID_INDEX={found}",
-                                      f"NCCL_IB_GID_INDEX={env_gid} but {hca}'s RoCE v2 IPv4 GID is "
-                                      f"at index {found}", f"set gid_index: {found} (or auto) for {h}"))
-    if not hf.dev_infiniband:
-        out.append(Check(host=h, unit="", name="/dev/infiniband", status="fail",
-                         message="/dev/infiniband is missing on the host",
-                         fix="load the RDMA drivers (ib_uverbs, rdma_ucm)"))
+                          f"PORT_ACTIVE ({layer})", fix))
+    if spec.hcas:
+        out.append(_check(h, "", "/dev/infiniband", bool(hf.dev_infiniband),
+                          f"/dev/infiniband: {' '.join(hf.dev_infiniband)}",
+                          "/dev/infiniband is missing on the host",
+                          "load the RDMA drivers (ib_uverbs, rdma_ucm)"))
+    return out
+
+
+def _gid_checks(host: Host, units: Sequence[Unit], hf: HostFacts | None) -> list[Check]:
+    """Per data-plane unit: its GID index env equals this host's RoCE v2 IPv4 GID index."""
+    spec = host.spec
+    if hf is None or spec.fabric != "roce":
+        return []
+    out: list[Check] = []
+    for hca in spec.hcas:
+        if not any(p.hca == hca for p in hf.ib_ports) and not any(g.hca == hca for g in hf.gids):
+            continue  # the hca check already failed this host
+        found = hf.roce_v2_gid_index(hca, spec.data_ip)
+        for u in units:
+            present = [k for k in GID_ENV if k in u.env]
+            if not present:
+                continue
+            if found is None:
+                out.append(Check(host=host.name, unit=u.name, name=f"gid {hca}", status="fail",
+                                 message=f"{hca} has no RoCE v2 IPv4 GID"
+                                 + (f" for {spec.data_ip}" if spec.data_ip else ""),
+                                 fix="assign the data IP to the HCA's netdev; check show_gids"))
+                continue
+            wrong = [k for k in present if u.env[k] != str(found)]
+            if wrong:
+                k = wrong[0]
+                out.append(Check(host=host.name, unit=u.name, name=f"gid {hca}", status="fail",
+                                 message=f"{k}={u.env[k]} but {hca}'s RoCE v2 IPv4 GID is at index {found}",
+                                 fix=f"set gid_index: {found} (or auto) for {host.name}"))
+            else:
+                out.append(Check(host=host.name, unit=u.name, name=f"gid {hca}", status="pass",
+                                 message=f"{present[0]}={found}"))
     return out
 
 
@@ -237,7 +819,7 @@ def _group_checks(plan: Plan, inventory: Inventory, facts: Mapping[str, HostFact
     out: list[Check] = []
     groups: dict[str, list[Unit]] = {}
     for u in plan.units:
-        if _data_plane(u):
+        if data_plane(u):
             groups.setdefault(u.group, []).append(u)
     for g, units in sorted(groups.items()):
         mtus: dict[str, int] = {}
@@ -252,41 +834,147 @@ def _group_checks(plan: Plan, inventory: Inventory, facts: Mapping[str, HostFact
             out.append(Check(host=units[0].host, unit=g, name="mtu", status="fail",
                              message=f"MTU differs across the ranks of {g}: {detail}",
                              fix="set the same MTU on every rank's data-plane NIC"))
-        elif mtus:
+        elif len(mtus) > 1:
             out.append(Check(host=units[0].host, unit=g, name="mtu", status="pass",
                              message=f"MTU {next(iter(mtus.values()))} on every rank"))
     return out
 
 
-def _probe_checks(plan: Plan, probes: ProbeResults) -> list[Check]:
+def _weight_checks(u: Unit, host: Host, recipe: Recipe, paths: Mapping[str, PathProbe]) -> list[Check]:
     out: list[Check] = []
+    for need in weight_needs(u, host, recipe):
+        name = "draft" if need.what == "draft weights" else "weights"
+        if need.local is not None:
+            p = paths.get(need.local)
+            if p is None:
+                continue
+            if not p.exists:
+                out.append(Check(host=u.host, unit=u.name, name=name, status="fail",
+                                 message=f"{need.what} missing: {need.local}"
+                                 + (" (must sit beside the target on every rank)" if need.beside else ""),
+                                 fix="stage the weights at the same path on every rank"))
+                continue
+            out.append(_present(u, name, need.what, need.local, p))
+            continue
+        if need.staged is None:
+            continue
+        hf_probe = paths.get(need.hf_cache) if need.hf_cache else None
+        staged = paths.get(need.staged)
+        if hf_probe is not None and hf_probe.exists:
+            out.append(_present(u, name, need.what, need.hf_cache or "", hf_probe))
+        elif staged is not None and staged.exists and need.beside:
+            out.append(_present(u, name, need.what, need.staged, staged))
+        elif staged is not None and staged.exists:
+            out.append(Check(host=u.host, unit=u.name, name=name, status="warn",
+                             message=f"{need.value} is staged at {need.staged}, but the engine is given the "
+                             f"repo id and will download it into the HF cache"
+                             + (f" ({need.hf_cache})" if need.hf_cache else ""),
+                             fix="give the engine the local path in overrides.engine_args (e.g. "
+                             f"--model-path {posixpath.join('/models', need.value)})"))
+        elif hf_probe is not None or staged is not None:
+            where = " nor ".join(p for p in (need.staged, need.hf_cache) if p)
+            bad: Status = "fail" if (need.offline or need.beside) else "warn"
+            consequence = ("HF_HUB_OFFLINE is set, so the engine cannot download it" if need.offline
+                           else "every rank downloads it at start")
+            if need.beside:
+                consequence = "the recipe needs it beside the target on every rank"
+            hub = posixpath.dirname(need.hf_cache) if need.hf_cache else None
+            fix = (f"pre-download it on every rank: HF_HUB_CACHE={hub} huggingface-cli download {need.value}"
+                   if hub and not need.beside else
+                   f"stage it at {need.staged} on every rank")
+            out.append(Check(host=u.host, unit=u.name, name=name, status=bad,
+                             message=f"{need.what} {need.value} not staged: neither {where} exists; {consequence}",
+                             fix=fix))
+    return out
+
+
+def _present(u: Unit, name: str, what: str, path: str, p: PathProbe) -> Check:
+    size = f"{_size(p.bytes)}, {p.files} files" if p.bytes is not None else "size unknown (du timed out)"
+    if p.manifest not in (None, "ok"):
+        return Check(host=u.host, unit=u.name, name=name, status="fail", message=f"{path}: {p.manifest}",
+                     fix=f"re-sync the weights; {MANIFEST} lists what must be there")
+    if p.files == 0:
+        return Check(host=u.host, unit=u.name, name=name, status="fail", message=f"{what} at {path} are empty",
+                     fix="stage the weights at the same path on every rank")
+    checked = f"; {MANIFEST} ok" if p.manifest == "ok" else ""
+    return Check(host=u.host, unit=u.name, name=name, status="pass", message=f"{path} ({size}{checked})")
+
+
+def _image_check(u: Unit, probe: ImageProbe) -> Check:
+    assert u.container is not None
+    image = u.container.image
+    rendered = "/dev/infiniband" in u.container.devices
+    if probe.status == "visible":
+        return Check(host=u.host, unit=u.name, name="rdma-in-container", status="pass",
+                     message=f"/dev/infiniband visible inside {image} ({probe.detail})")
+    if probe.status == "no-image":
+        return Check(host=u.host, unit=u.name, name="rdma-in-container", status="warn",
+                     message=f"image {image} is not on the host yet; /dev/infiniband inside it not checked",
+                     fix=f"docker pull {image}, then run fleet preflight again")
+    if probe.status == "absent" and not rendered:
+        return Check(host=u.host, unit=u.name, name="rdma-in-container", status="warn",
+                     message=f"/dev/infiniband is not visible inside {image}: the playbook drops --device "
+                     "(overrides.drop_docker_flags), so NCCL/Mooncake run over TCP",
+                     fix="remove --device from overrides.drop_docker_flags to use RDMA")
+    what = probe.detail if probe.status == "absent" else f"docker run failed: {probe.detail}"
+    return Check(host=u.host, unit=u.name, name="rdma-in-container", status="fail",
+                 message=f"/dev/infiniband not visible inside {image} with the rendered flags: {what}",
+                 fix="load the RDMA drivers on the host and keep --device /dev/infiniband --cap-add IPC_LOCK "
+                 "--ulimit memlock=-1; otherwise NCCL falls back to TCP silently")
+
+
+def _reach_checks(probes: ProbeResults) -> list[Check]:
+    out: list[Check] = []
+    for (host, key), err in sorted(probes.listener_errors.items()):
+        out.append(Check(host=host, unit="", name="listen", status="fail",
+                         message=f"cannot listen on {key} for the reachability probe: {err}",
+                         fix="the data IP must be on this host and the port free"))
+    for r in probes.reach:
+        t = r.target
+        name = f"reach {t.label}"
+        if not r.probed:
+            out.append(Check(host=r.client, unit=r.unit, name=name, status="warn",
+                             message=f"{t.label} {t.key} on {t.host} not probed: {r.error}",
+                             fix="install python3 on both hosts (the probe uses its standard library)"))
+        elif r.error is None:
+            out.append(Check(host=r.client, unit=r.unit, name=name, status="pass",
+                             message=f"reaches {t.label} {t.key} on {t.host}"))
+        else:
+            out.append(Check(host=r.client, unit=r.unit, name=name, status="fail",
+                             message=f"cannot reach {t.label} {t.key} on {t.host} ({t.group}): {r.error}",
+                             fix=f"open tcp/{t.port} from this host's data IP to {t.ip} (routes, firewall)"))
+    return out
+
+
+def _probe_checks(plan: Plan, inventory: Inventory, recipe: Recipe, probes: ProbeResults) -> list[Check]:
+    out: list[Check] = []
+    for name, err in sorted(probes.errors.items()):
+        out.append(Check(host=name, unit="", name="probe", status="fail", message=f"host probe failed: {err}",
+                         fix="see the error; the probe needs sh, ss, du, find and docker"))
     sizes: dict[str, dict[str, int | None]] = {}
     for u in plan.units:
+        host = inventory.host(u.host)
         running = u.name in probes.running_units.get(u.host, frozenset())
         busy = probes.listening_ports.get(u.host)
-        if busy is not None and not running:
-            taken = sorted(p for p in u.ports.values() if p in busy)
-            out.append(_check(u.host, u.name, "ports", not taken, "ports free",
-                              f"port {', '.join(map(str, taken))} already in use",
+        if busy is not None and not running and u.ports:
+            taken = sorted(p for p in set(u.ports.values()) if p in busy)
+            names = {p: n for n, p in u.ports.items()}
+            out.append(_check(u.host, u.name, "ports", not taken,
+                              "ports free: " + ", ".join(str(p) for p in sorted(set(u.ports.values()))),
+                              "port " + ", ".join(f"{p} ({names[p]})" for p in taken) + " already in use",
                               "stop what listens there (ss -ltnp) or change the playbook's ports"))
-        path = _model_host_path(u)
-        host_paths = probes.path_bytes.get(u.host)
-        if path and host_paths is not None and path in host_paths:
-            size = host_paths[path]
-            sizes.setdefault(u.group, {})[u.host] = size
-            out.append(_check(u.host, u.name, "weights", size is not None, f"{path} ({size} bytes)",
-                              f"weights missing: {path}",
-                              "stage the weights at the same path on every rank"))
-        if u.host in probes.infiniband_in_image and _data_plane(u):
-            out.append(_check(u.host, u.name, "rdma-in-container", probes.infiniband_in_image[u.host],
-                              "/dev/infiniband visible inside the image",
-                              "/dev/infiniband not visible inside the container",
-                              "render --device /dev/infiniband and --cap-add IPC_LOCK; "
-                              "otherwise NCCL falls back to TCP silently"))
-    for (host, target), err in sorted(probes.reach.items()):
-        out.append(_check(host, "", f"reach {target}", err is None, f"reaches {target}",
-                          f"cannot reach {target}: {err}",
-                          "check routes/firewall on the data-plane NIC"))
+        host_paths = probes.paths.get(u.host)
+        if host_paths is not None:
+            checks = _weight_checks(u, host, recipe, host_paths)
+            out.extend(checks)
+            for need in weight_needs(u, host, recipe)[:1]:
+                p = host_paths.get(need.local or need.hf_cache or "")
+                if p is not None and p.exists and data_plane(u):
+                    sizes.setdefault(u.group, {})[u.host] = p.bytes
+        image = probes.images.get((u.host, u.name))
+        if image is not None:
+            out.append(_image_check(u, image))
+    out.extend(_reach_checks(probes))
     for g, per_host in sorted(sizes.items()):
         present = {s for s in per_host.values() if s is not None}
         if len(present) > 1:
@@ -294,27 +982,50 @@ def _probe_checks(plan: Plan, probes: ProbeResults) -> list[Check]:
             out.append(Check(host=sorted(per_host)[0], unit=g, name="weights-size", status="warn",
                              message=f"weights differ in size across ranks: {detail}",
                              fix="re-sync the weights; a truncated shard loads silently"))
-    for host, off in sorted(probes.clock_offset_s.items()):
-        out.append(_check(host, "", "clock", abs(off) < 1.0, f"clock offset {off:+.2f}s",
-                          f"clock offset {off:+.2f}s", "run chrony/ntp", bad_status="warn"))
+    for name, (off, unc) in sorted(probes.clock_offset_s.items()):
+        ok = abs(off) - unc <= CLOCK_TOLERANCE_S
+        out.append(_check(name, "", "clock", ok, f"clock offset {off:+.2f}s (±{unc:.2f}s)",
+                          f"clock is {off:+.2f}s (±{unc:.2f}s) off the control node",
+                          "run chrony/ntp on every host", bad_status="warn"))
     return out
 
 
 def evaluate(plan: Plan, inventory: Inventory, recipe: Recipe, facts: Mapping[str, HostFacts],
-             probes: ProbeResults | None = None) -> tuple[Check, ...]:
+             probes: ProbeResults | None = None, unreachable: Mapping[str, str] | None = None) -> tuple[Check, ...]:
     """All checks, host by host in inventory order, then groups, then probes."""
     by_host: dict[str, list[Unit]] = {}
     for u in plan.units:
         by_host.setdefault(u.host, []).append(u)
+    unreachable = unreachable or {}
     out: list[Check] = []
     for host in inventory.hosts:
         if host.name in by_host:
-            out.extend(_host_checks(host, by_host[host.name], recipe, facts.get(host.name)))
+            units = by_host[host.name]
+            hf = facts.get(host.name)
+            out.extend(_host_checks(host, _needs_of(units), recipe, hf, unreachable.get(host.name)))
+            out.extend(_gid_checks(host, [u for u in units if data_plane(u)], hf))
     out.extend(_group_checks(plan, inventory, facts))
     if probes is not None:
-        out.extend(_probe_checks(plan, probes))
+        out.extend(_probe_checks(plan, inventory, recipe, probes))
     return tuple(out)
 
 
-def failed(checks: tuple[Check, ...]) -> tuple[Check, ...]:
+def evaluate_hosts(hosts: Sequence[Host], recipe: Recipe, facts: Mapping[str, HostFacts],
+                   unreachable: Mapping[str, str] | None = None) -> tuple[Check, ...]:
+    """Host checks from the recipe alone, for when the plan itself cannot be made (it names the
+    hosts that would have run units, so a missing HCA is still reported as such)."""
+    unreachable = unreachable or {}
+    out: list[Check] = []
+    for host in hosts:
+        out.extend(_host_checks(host, recipe_needs(recipe, host), recipe, facts.get(host.name),
+                                unreachable.get(host.name)))
+    return tuple(out)
+
+
+def failed(checks: Iterable[Check]) -> tuple[Check, ...]:
     return tuple(c for c in checks if c.status == "fail")
+
+
+def network_env(unit: Unit) -> dict[str, str]:
+    """The unit's per-host network env (what preflight compared with the facts)."""
+    return {k: v for k, v in sorted(unit.env.items()) if k.startswith(NETWORK_ENV_PREFIXES)}

@@ -1,0 +1,252 @@
+"""``fleet facts``, ``fleet preflight``, ``fleet collect``: know each host before launching, and
+collect evidence when it fails.
+
+Exit codes: facts/collect 0 every host answered, 3 some did not, 1 none did; preflight 0 no
+check failed, 1 some check failed (each failure printed on stderr with its host and fix);
+2 bad input everywhere.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import IO, Callable, Sequence
+
+import click
+
+from launcher import facts_cache, preflight
+from launcher.cli import cli
+from launcher.cli.run import _execute_log_to_stderr
+from launcher.config.inventory import load_inventory
+from launcher.config.patterns import select
+from launcher.execute.fanout import DEFAULT_FORKS
+from launcher.execute.hostkeys import KnownHosts
+from launcher.execute.ssh import SshConnector
+from launcher.facts import HostFacts
+from launcher.model import Host
+from launcher.output import dumps, print_table, table
+from launcher.preflight_run import FactsRound, PreflightReport, gather_facts, run_preflight_paths
+
+
+def _ssh_options(f: Callable[..., None]) -> Callable[..., None]:
+    f = click.option("--forks", type=click.IntRange(min=1), default=DEFAULT_FORKS, show_default=True,
+                     help="Hosts worked on at the same time.")(f)
+    f = click.option("--trust-new-hosts", is_flag=True,
+                     help="Record the keys of hosts never seen before (changed keys are still refused).")(f)
+    f = click.option("--known-hosts", "known_hosts", multiple=True, metavar="FILE",
+                     help="Extra known_hosts file (repeatable); ~/.ssh/known_hosts is always read.")(f)
+    f = click.option("-i", "--inventory", "inventory_path", required=True, metavar="INV",
+                     help="Ansible inventory (YAML or INI).")(f)
+    return f
+
+
+def _connector(known_hosts: Sequence[str], trust_new: bool) -> SshConnector:
+    return SshConnector(KnownHosts.for_operator(tuple(known_hosts), trust_new=trust_new))
+
+
+def _note(line: str) -> None:
+    click.echo(line, err=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# fleet facts
+# ---------------------------------------------------------------------------------------------
+
+
+def _gpus(hf: HostFacts) -> str:
+    if hf.gpus:
+        names = sorted({g.sku or g.name for g in hf.gpus})
+        mig = f" (MIG on {','.join(map(str, hf.mig_enabled))})" if hf.mig_enabled else ""
+        return f"{len(hf.gpus)}x {'/'.join(names)} {min(g.memory_mib for g in hf.gpus) // 1024}G{mig}"
+    if hf.npus:
+        return f"{len(hf.npus)}x {'/'.join(sorted(set(hf.npus)))}"
+    return hf.gpu_error or hf.npu_error or "-"
+
+
+def _rdma(hf: HostFacts, host: Host) -> str:
+    cells = []
+    for p in hf.ib_ports:
+        state = p.state.removeprefix("PORT_")
+        layer = "RoCE" if p.link_layer == "Ethernet" else "IB" if p.link_layer == "InfiniBand" else p.link_layer
+        gid = hf.roce_v2_gid_index(p.hca, host.spec.data_ip) if layer == "RoCE" else None
+        cells.append(f"{p.hca}:{p.port} {state} {layer}" + (f" gid {gid}" if gid is not None else ""))
+    return "; ".join(cells) or "-"
+
+
+def _nic(hf: HostFacts, host: Host) -> str:
+    iface = hf.interface(host.spec.nccl_ifname) if host.spec.nccl_ifname else None
+    if iface is None:
+        iface = hf.interface_with(host.spec.data_ip or host.address)
+    if iface is None:
+        return "-"
+    return f"{iface.name} {','.join(iface.ipv4) or '-'} mtu {iface.mtu}{'' if iface.up else ' DOWN'}"
+
+
+def _disk(hf: HostFacts, path: str) -> str:
+    d = hf.disk(path)
+    return f"{d.free / 1024**3:.0f}G free" if d else "-"
+
+
+def facts_rows(round_: FactsRound, hosts: Sequence[Host]) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
+    for h in hosts:
+        entry = round_.entries.get(h.name)
+        if entry is None:
+            rows.append((h.name, f"unreachable: {round_.unreachable.get(h.name, '?')}", "", "", "", "", "", ""))
+            continue
+        hf = entry.facts
+        docker = hf.docker_version or (hf.docker_error and "error") or "-"
+        if hf.docker_version and "nvidia" in hf.docker_runtimes:
+            docker += " +nvidia"
+        off, unc = entry.clock_offset_s, entry.clock_uncertainty_s
+        clock = f"{off:+.2f}s ±{unc or 0:.2f}" if off is not None else "-"
+        shm = hf.disk("/dev/shm")
+        rows.append((h.name, _gpus(hf), _rdma(hf, h), _nic(hf, h), docker,
+                     f"{_disk(hf, h.spec.models_dir)} {h.spec.models_dir}",
+                     f"{shm.total / 1024**3:.0f}G" if shm else "-", clock))
+    return rows
+
+
+def facts_json(round_: FactsRound, hosts: Sequence[Host]) -> dict[str, object]:
+    from launcher.facts import to_json
+
+    out: list[dict[str, object]] = []
+    for h in hosts:
+        entry = round_.entries.get(h.name)
+        if entry is None:
+            out.append({"host": h.name, "status": "unreachable", "error": round_.unreachable.get(h.name)})
+            continue
+        out.append({
+            "host": h.name, "status": "ok", "gathered_at": entry.gathered_at,
+            "clock_offset_s": entry.clock_offset_s, "clock_uncertainty_s": entry.clock_uncertainty_s,
+            "roce_v2_gid_index": {hca: entry.facts.roce_v2_gid_index(hca, h.spec.data_ip) for hca in h.spec.hcas},
+            "facts": to_json(entry.facts),
+        })  # fmt: skip
+    return {"hosts": out}
+
+
+@cli.command("facts")
+@_ssh_options
+@click.option("--limit", "limit_pattern", default=None, metavar="PATTERN", help="Only hosts matching this pattern.")
+@click.option("--json", "as_json", is_flag=True, help="Print every host's facts as JSON.")
+@click.option("--no-cache", is_flag=True, help="Do not write the facts cache.")
+def facts_command(inventory_path: str, known_hosts: tuple[str, ...], trust_new_hosts: bool, forks: int,
+                  limit_pattern: str | None, as_json: bool, no_cache: bool) -> None:  # fmt: skip
+    """Gather each host's facts in one SSH round (GPUs, RDMA ports and GID tables, NICs and
+    MTU, docker and its runtimes, disk, /dev/shm, clock offset) and cache them for planning
+    (gid_index: auto) under ~/.cache/fleet/facts/."""
+    inventory = load_inventory(inventory_path)
+    hosts = select(inventory, limit_pattern) if limit_pattern else inventory.hosts
+    with _execute_log_to_stderr(), _connector(known_hosts, trust_new_hosts) as connector:
+        round_ = gather_facts(inventory, hosts, connector, forks=forks, cache=not no_cache)
+    if as_json:
+        click.echo(dumps(facts_json(round_, hosts)))
+    else:
+        print_table(table(("host", "accelerators", "rdma (port state layer gid)", "data nic", "docker", "models disk",
+                           "shm", "clock"), facts_rows(round_, hosts)))  # fmt: skip
+    if not no_cache:
+        _note(f"fleet: facts of {len(round_.entries)} host(s) cached in {facts_cache.inventory_dir(inventory)}")
+    sys.exit(int(round_.exit_code))
+
+
+# ---------------------------------------------------------------------------------------------
+# fleet preflight
+# ---------------------------------------------------------------------------------------------
+
+
+def preflight_json(report: PreflightReport) -> dict[str, object]:
+    units = []
+    if report.plan is not None:
+        units = [{"host": u.host, "unit": u.name, "group": u.group, "rank": u.rank,
+                  "network_env": preflight.network_env(u)} for u in report.plan.units]  # fmt: skip
+    return {
+        "deployment": report.deployment,
+        "recipe": report.recipe,
+        "checks": [{"status": c.status, "host": c.host, "unit": c.unit, "check": c.name, "message": c.message,
+                    "fix": c.fix} for c in report.checks],  # fmt: skip
+        "counts": report.counts(),
+        "units": units,
+        "exit_code": int(report.exit_code),
+    }
+
+
+_ORDER = {"fail": 0, "warn": 1, "pass": 2}
+
+
+def print_preflight(report: PreflightReport, *, as_json: bool = False, problems_only: bool = False,
+                    stream: IO[str] | None = None) -> None:
+    """The table (stdout) or JSON, then every warning and failure as one line on stderr, and a
+    summary.  ``problems_only`` (what ``fleet up`` shows): no table, only the lines."""
+    if as_json:
+        click.echo(dumps(preflight_json(report)), file=stream)
+    elif not problems_only:
+        rows = [(c.status, c.host, c.unit or "-", c.name, c.message, c.fix) for c in report.checks]
+        print_table(table(("status", "host", "unit", "check", "message", "fix"), rows,
+                          title=f"preflight {report.deployment} ({report.recipe})"), stream)
+    for c in sorted((c for c in report.checks if c.status != "pass"), key=lambda c: _ORDER[c.status]):
+        click.echo(f"fleet: preflight: {c.line()}", err=True)
+    n = report.counts()
+    click.echo(f"fleet: preflight {report.deployment}: {n['pass']} pass, {n['warn']} warn, {n['fail']} fail", err=True)
+
+
+@cli.command("preflight")
+@click.argument("playbook")
+@_ssh_options
+@click.option("--checksums", is_flag=True,
+              help="Also hash the weights against fleet.sha256 beside them (slow: reads every byte).")
+@click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
+def preflight_command(playbook: str, inventory_path: str, known_hosts: tuple[str, ...], trust_new_hosts: bool,
+                      forks: int, checksums: bool, as_json: bool) -> None:  # fmt: skip
+    """Check every host of PLAYBOOK before launching: GPUs vs the recipe, driver, docker and
+    its NVIDIA runtime, HCAs ACTIVE, /dev/infiniband inside the image with the rendered flags,
+    the RoCE v2 IPv4 GID index vs the planned NCCL_IB_GID_INDEX, MTU equal across ranks, the
+    data IP on its NIC, every rank reaching rank 0's dist-init and the PD bootstrap ports, ports
+    free, weights (and DSPARK drafts) present with sizes, disk, /dev/shm, clocks.  Starts no unit.
+
+    Hosts need sh, ss, du, find, docker (container units) and python3 (standard library only,
+    for the reachability probes: a short-lived listener on rank 0's data IP, connects from the
+    other ranks' data IPs).
+    """
+    with _execute_log_to_stderr(), _connector(known_hosts, trust_new_hosts) as connector:
+        report = run_preflight_paths(playbook, inventory_path, connector, forks=forks,
+                                     level="full" if checksums else "cheap",
+                                     note=(lambda _: None) if as_json else _note)  # fmt: skip
+    print_preflight(report, as_json=as_json)
+    sys.exit(int(report.exit_code))
+
+
+# ---------------------------------------------------------------------------------------------
+# fleet collect
+# ---------------------------------------------------------------------------------------------
+
+
+@cli.command("collect")
+@click.argument("playbook")
+@_ssh_options
+@click.option("-o", "--output", "output", required=True, metavar="FILE.tar.gz", help="Where to write the bundle.")
+@click.option("--tail", "tail_n", type=click.IntRange(min=1), default=2000, show_default=True,
+              help="Log lines per unit.")
+def collect_command(playbook: str, inventory_path: str, known_hosts: tuple[str, ...], trust_new_hosts: bool,
+                    forks: int, output: str, tail_n: int) -> None:  # fmt: skip
+    """One evidence bundle from every host of PLAYBOOK: per unit its container logs, NCCL debug
+    output, docker inspect and rendered files (never secrets.env); per host facts, GID tables,
+    nvidia-smi topo -m, NICs and the kernel log tail; plus the plan and a manifest.  Unreachable
+    hosts are recorded in the manifest, not fatal."""
+    from pathlib import Path
+
+    from launcher.collect import collect
+    from launcher.config.playbook import load_playbook
+    from launcher.config.recipes import load_catalog
+
+    inventory = load_inventory(inventory_path)
+    catalog = load_catalog()
+    pb = load_playbook(Path(playbook), catalog, inventory)
+    with _execute_log_to_stderr(), _connector(known_hosts, trust_new_hosts) as connector:
+        report = collect(inventory, catalog, pb, connector, output, tail=tail_n, forks=forks)
+    for h in report.hosts:
+        detail = f"{len(h.units)} unit(s), {h.files} file(s)" if h.status == "ok" else h.error
+        click.echo(f"{h.host} | {h.status} | {detail}")
+    if report.plan_error:
+        _note(f"fleet: collect: no plan.json: {report.plan_error}")
+    ok = sum(1 for h in report.hosts if h.status == "ok")
+    _note(f"fleet: collect {report.deployment}: {ok}/{len(report.hosts)} host(s) -> {report.path}")
+    sys.exit(int(report.exit_code))

@@ -1,0 +1,338 @@
+"""Running preflight on the hosts: facts, plan with them, probes, reachability, verdict.
+
+:func:`gather_facts` is ``fleet facts``: one SSH round per host (the gather script), each
+result parsed, timed for the clock offset and cached (:mod:`launcher.facts_cache`).
+:func:`run_preflight` is ``fleet preflight`` and the gate ``fleet up`` runs by default:
+
+1. facts from every host the playbook's placements match (one round);
+2. the plan, made with those facts (``gid_index: auto`` resolves here);
+3. one probe round per host with units (ports, running units, weights, /dev/infiniband inside
+   the image with the rendered flags);
+4. the reachability round: detached listeners on rank-0 hosts, one client run per other rank,
+   then the listeners are killed (also on errors and Ctrl-C);
+5. :func:`launcher.preflight.evaluate`.
+
+Nothing here starts a unit.  ``level="cheap"`` (what ``fleet up`` runs) does everything but hash
+the weights against ``fleet.sha256``; ``level="full"`` hashes them too.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from launcher import facts_cache, preflight
+from launcher.config.patterns import select
+from launcher.config.recipes import Catalog
+from launcher.errors import ExitCode, FleetError, PlanError, UnreachableError
+from launcher.execute.fanout import DEFAULT_FORKS, Connector, Failed, FanoutResult, Ok, Unreachable, run_all
+from launcher.execute.transport import Transport
+from launcher.facts import HostFacts, gather_script
+from launcher.model import Host, Inventory, Plan, Playbook, Recipe, Unit
+from launcher.plan import deployment_name, plan
+from launcher.preflight import Check, Level, ProbeResults, Reach, ReachTarget
+
+GATHER_TIMEOUT_S = 120.0
+PROBE_TIMEOUT_S = 600.0
+FULL_PROBE_TIMEOUT_S = 6 * 3600.0  # hashing hundreds of GB of weights
+REACH_TIMEOUT_S = 30.0
+Note = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def outcome_reason(outcome: Unreachable | Failed) -> str:
+    """One line: why a host has no result (without the host name prefix)."""
+    if isinstance(outcome, Unreachable):
+        err = outcome.error
+        return err.reason if isinstance(err, UnreachableError) else str(err).removeprefix(f"{outcome.host.name}: ")
+    return outcome.message.removeprefix(f"{outcome.host.name}: ")
+
+
+# ---------------------------------------------------------------------------------------------
+# Facts
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FactsRound:
+    entries: Mapping[str, facts_cache.Cached]  # host -> fresh facts, inventory order
+    unreachable: Mapping[str, str] = field(default_factory=dict)  # host -> why
+    order: tuple[str, ...] = ()  # every host asked, inventory order
+
+    @property
+    def facts(self) -> dict[str, HostFacts]:
+        return facts_cache.facts_of(self.entries)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        if not self.unreachable:
+            return ExitCode.OK
+        return ExitCode.PARTIAL if self.entries else ExitCode.FAILED
+
+
+def _gather_one(host: Host, transport: Transport) -> facts_cache.Cached:
+    script = gather_script((host.spec.models_dir, host.spec.cache_dir))
+    sent = time.time()
+    result = transport.run(("sh", "-c", script), timeout=GATHER_TIMEOUT_S)
+    received = time.time()
+    if not result.stdout_text.strip():
+        result.check()  # no output at all: say why (exit status, stderr)
+    return facts_cache.entry(host, result.stdout_text, sent, received)
+
+
+def gather_facts(inventory: Inventory, hosts: Sequence[Host], connector: Connector, *,
+                 forks: int = DEFAULT_FORKS, cache: bool = True) -> FactsRound:
+    """One gather round on ``hosts``; fresh entries are written to the facts cache."""
+    result = run_all(hosts, _gather_one, connector=connector, forks=forks)
+    entries: dict[str, facts_cache.Cached] = {}
+    unreachable: dict[str, str] = {}
+    for outcome in result.outcomes:
+        if isinstance(outcome, Ok):
+            entries[outcome.host.name] = outcome.value
+            if cache:
+                facts_cache.store(inventory, outcome.value)
+        else:
+            unreachable[outcome.host.name] = outcome_reason(outcome)
+    return FactsRound(entries=entries, unreachable=unreachable, order=tuple(h.name for h in hosts))
+
+
+# ---------------------------------------------------------------------------------------------
+# Preflight
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreflightReport:
+    deployment: str
+    recipe: str
+    plan: Plan | None  # planned with the gathered facts; None when planning failed
+    facts: Mapping[str, HostFacts]
+    checks: tuple[Check, ...]
+
+    @property
+    def failed(self) -> tuple[Check, ...]:
+        return preflight.failed(self.checks)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return ExitCode.FAILED if self.failed else ExitCode.OK
+
+    def counts(self) -> dict[str, int]:
+        out = {"pass": 0, "warn": 0, "fail": 0}
+        for c in self.checks:
+            out[c.status] += 1
+        return out
+
+
+def placement_hosts(inventory: Inventory, playbook: Playbook) -> tuple[Host, ...]:
+    """Every host a placement pattern of the playbook matches, in inventory order."""
+    names: set[str] = set()
+    for placement in playbook.placement.values():
+        names |= {h.name for h in select(inventory, placement.hosts)}
+    return tuple(h for h in inventory.hosts if h.name in names)
+
+
+def _plan_error_check(err: PlanError, inventory: Inventory) -> Check:
+    head = err.key_path.split("/", 1)[0] if err.key_path else ""
+    host = head if any(h.name == head for h in inventory.hosts) else "-"
+    fix = (f"check show_gids on {host}, or set its gid_index explicitly" if err.key_path.endswith("gid_index")
+           else "fix the inventory or playbook (fleet plan shows the same error)")
+    return Check(host=host, unit="", name="plan", status="fail", message=str(err), fix=fix)
+
+
+def _probe_host(host: Host, transport: Transport, paths: tuple[str, ...], images: tuple[Unit, ...],
+                level: Level) -> preflight.HostProbe:
+    script = preflight.host_probe_script(paths, images, level)
+    timeout = FULL_PROBE_TIMEOUT_S if level == "full" else PROBE_TIMEOUT_S
+    result = transport.run(("sh", "-c", script), timeout=timeout)
+    if not result.stdout_text.strip():
+        result.check()
+    return preflight.parse_host_probe(result.stdout_text, paths, level)
+
+
+def _reachability(targets: Sequence[ReachTarget], inventory: Inventory, connector: Connector, forks: int,
+                  facts: Mapping[str, HostFacts], listening: Mapping[str, frozenset[int]],
+                  note: Note) -> tuple[tuple[Reach, ...], dict[tuple[str, str], str]]:
+    """Listeners up, clients connect, listeners down (in ``finally``)."""
+    reach: list[Reach] = []
+    listener_errors: dict[tuple[str, str], str] = {}
+
+    def usable(host: str) -> str | None:
+        hf = facts.get(host)
+        if hf is None:
+            return "no facts (host unreachable)"
+        if hf.python3 is None:
+            return f"python3 is not on PATH on {host}"
+        return None
+
+    runnable: list[ReachTarget] = []
+    for t in targets:
+        problem = usable(t.host)
+        for client, unit, _ in t.clients:
+            why = problem or usable(client)
+            if why is not None:
+                reach.append(Reach(target=t, client=client, unit=unit, error=why, probed=False))
+        if problem is None and any(usable(c) is None for c, _, _ in t.clients):
+            runnable.append(t)
+    if not runnable:
+        return tuple(reach), listener_errors
+
+    to_listen: dict[str, list[ReachTarget]] = {}
+    for t in runnable:
+        if t.port not in listening.get(t.host, frozenset()):
+            to_listen.setdefault(t.host, []).append(t)
+    pids: dict[str, int] = {}
+    hosts = {h.name: h for h in inventory.hosts}
+    try:
+        if to_listen:
+            note(f"preflight: listeners on {', '.join(sorted(to_listen))} for {len(runnable)} port(s)")
+
+            def listen(host: Host, transport: Transport) -> tuple[int | None, dict[str, str]]:
+                res = transport.run(preflight.listener_argv(to_listen[host.name]), timeout=REACH_TIMEOUT_S)
+                try:
+                    return preflight.parse_listener(res.stdout_text)
+                except ValueError:
+                    res.check()
+                    raise
+            started = run_all([hosts[h] for h in to_listen], listen, connector=connector, forks=forks)
+            for o in started.outcomes:
+                if isinstance(o, Ok):
+                    pid, errors = o.value
+                    if pid is not None:
+                        pids[o.host.name] = pid
+                    for key, err in errors.items():
+                        listener_errors[(o.host.name, key)] = err
+                else:
+                    for t in to_listen[o.host.name]:
+                        listener_errors[(o.host.name, t.key)] = outcome_reason(o)
+        jobs: dict[str, list[tuple[ReachTarget, str, str]]] = {}  # client -> (target, unit, src)
+        for t in runnable:
+            if (t.host, t.key) in listener_errors:
+                continue
+            for client, unit, src in t.clients:
+                if usable(client) is None:
+                    jobs.setdefault(client, []).append((t, unit, src))
+
+        def connect(host: Host, transport: Transport) -> dict[str, str | None]:
+            mine = jobs[host.name]
+            res = transport.run(preflight.client_argv([(src, t.ip, t.port) for t, _, src in mine]),
+                                timeout=REACH_TIMEOUT_S)
+            try:
+                return preflight.parse_client(res.stdout_text)
+            except ValueError:
+                res.check()
+                raise
+        if jobs:
+            results = run_all([hosts[h] for h in jobs], connect, connector=connector, forks=forks)
+            for res in results.outcomes:
+                mine = jobs[res.host.name]
+                if isinstance(res, Ok):
+                    for t, unit, src in mine:
+                        got = res.value.get(t.key, "no answer from the probe")
+                        shown = f"{got} (from {src})" if got is not None and not got.startswith("cannot bind") else got
+                        reach.append(Reach(target=t, client=res.host.name, unit=unit, error=shown))
+                else:
+                    for t, unit, _ in mine:
+                        reach.append(Reach(target=t, client=res.host.name, unit=unit, error=outcome_reason(res), probed=False))
+    finally:
+        if pids:
+            def stop(host: Host, transport: Transport) -> None:
+                transport.run(preflight.cleanup_argv(pids[host.name]), timeout=REACH_TIMEOUT_S)
+            run_all([hosts[h] for h in pids], stop, connector=connector, forks=forks)
+    order = {(t.host, t.key, c): i for i, t in enumerate(targets) for c, _, _ in t.clients}
+    reach.sort(key=lambda r: order.get((r.target.host, r.target.key, r.client), 0))
+    return tuple(reach), listener_errors
+
+
+def run_preflight(
+    inventory: Inventory,
+    catalog: Catalog,
+    playbook: Playbook,
+    connector: Connector,
+    *,
+    level: Level = "cheap",
+    forks: int = DEFAULT_FORKS,
+    note: Note = _quiet,
+    cache: bool = True,
+) -> PreflightReport:
+    """Facts, plan, probes and checks for ``playbook``.  Never starts a unit.  ``connector``
+    is an :class:`~launcher.execute.ssh.SshConnector` (or any fan-out connector); its
+    connections stay open for the caller (``fleet up`` reuses them)."""
+    recipe: Recipe = catalog.get(playbook.recipe)
+    deployment = deployment_name(playbook.name)
+    hosts = placement_hosts(inventory, playbook)
+    note(f"preflight: gathering facts from {len(hosts)} host(s)")
+    gathered = gather_facts(inventory, hosts, connector, forks=forks, cache=cache)
+    facts = gathered.facts
+    try:
+        the_plan = plan(inventory, catalog, playbook, facts)
+    except PlanError as err:
+        checks = (_plan_error_check(err, inventory),
+                  *preflight.evaluate_hosts(hosts, recipe, facts, gathered.unreachable))
+        return PreflightReport(deployment=deployment, recipe=recipe.id, plan=None, facts=facts, checks=checks)
+
+    unit_hosts = [h for h in inventory.hosts if any(u.host == h.name for u in the_plan.units)]
+    probe_hosts = [h for h in unit_hosts if h.name in gathered.entries]
+    paths = preflight.probe_paths(the_plan, inventory, recipe)
+    images: dict[str, list[Unit]] = {}
+    for u in preflight.image_units(the_plan, inventory):
+        images.setdefault(u.host, []).append(u)
+    note(f"preflight: probing {len(probe_hosts)} host(s)")
+    probed: FanoutResult[preflight.HostProbe] = run_all(
+        probe_hosts,
+        lambda h, t: _probe_host(h, t, paths.get(h.name, ()), tuple(images.get(h.name, ())), level),
+        connector=connector, forks=forks,
+    )
+    host_probes = probed.values()
+    errors = {o.host.name: outcome_reason(o) for o in probed.outcomes if not isinstance(o, Ok)}
+    listening = {h: p.listening for h, p in host_probes.items()}
+    targets = preflight.reach_targets(the_plan, inventory)
+    reach: tuple[Reach, ...] = ()
+    listener_errors: dict[tuple[str, str], str] = {}
+    if targets:
+        note(f"preflight: reachability of {len(targets)} port(s)")
+        reach, listener_errors = _reachability(targets, inventory, connector, forks, facts, listening, note)
+    probes = ProbeResults(
+        listening_ports=listening,
+        running_units={h: p.running for h, p in host_probes.items()},
+        paths={h: p.paths for h, p in host_probes.items()},
+        images={(h, unit): verdict for h, p in host_probes.items() for unit, verdict in p.images.items()},
+        reach=reach,
+        listener_errors=listener_errors,
+        clock_offset_s={
+            h: (e.clock_offset_s, e.clock_uncertainty_s or 0.0)
+            for h, e in gathered.entries.items()
+            if e.clock_offset_s is not None and h in {x.name for x in unit_hosts}
+        },
+        errors=errors,
+    )
+    checks = preflight.evaluate(the_plan, inventory, recipe, facts, probes, gathered.unreachable)
+    return PreflightReport(deployment=deployment, recipe=recipe.id, plan=the_plan, facts=facts, checks=checks)
+
+
+def run_preflight_paths(playbook_path: str | Path, inventory_path: str | Path, connector: Connector,
+                        **kwargs: object) -> PreflightReport:
+    """:func:`run_preflight` from file paths (loads inventory, catalog and playbook)."""
+    from launcher.config.inventory import load_inventory
+    from launcher.config.playbook import load_playbook
+    from launcher.config.recipes import load_catalog
+
+    inventory = load_inventory(inventory_path)
+    catalog = load_catalog()
+    playbook = load_playbook(Path(playbook_path), catalog, inventory)
+    return run_preflight(inventory, catalog, playbook, connector, **kwargs)  # type: ignore[arg-type]
+
+
+class PreflightFailed(FleetError):
+    """Raised by callers that gate on preflight (``fleet up``): one line naming the failures."""
+
+    def __init__(self, report: PreflightReport) -> None:
+        self.report = report
+        bad = report.failed
+        hosts = sorted({c.host for c in bad})
+        super().__init__(f"preflight failed: {len(bad)} check(s) on {', '.join(hosts)}; nothing was started")
