@@ -26,10 +26,11 @@ from launcher.deploy.diff import file_diff
 from launcher.deploy.fan import each, first_error
 from launcher.deploy.health import Verdict, gate
 from launcher.deploy.manifest import Manifest, dumps, parse
-from launcher.deploy.remote import check
+from launcher.deploy.remote import STEP_TIMEOUT_S, check
 from launcher.deploy.steps import (
     Liveness,
     ensure_image,
+    hold_argv,
     manifest_path,
     parse_files,
     read_files_argv,
@@ -434,6 +435,7 @@ def _remove_orphans(
             retire(t, m)
             progress.update(Event(host=h, unit=m.unit, state="removed"))
 
+    session.run(sorted(by_host), lambda h, t: _hold(t, [(m.runtime, m.unit) for m in by_host[h]]))
     results = session.run(sorted(by_host), remove)
     for h, res in results.items():
         for m in by_host[h]:
@@ -447,6 +449,14 @@ def retire(t: Transport, m: Manifest) -> None:
     unit_dir = _unit_dir(m)
     check(t, rotate_argv(unit_dir, m.files), label=f"keep {unit_dir}/prev")
     check(t, remove_argv((*m.files, manifest_path(unit_dir))), label=f"rm {unit_dir}/*")
+
+
+def _hold(t: Transport, units: Sequence[tuple[Runtime, str]]) -> None:
+    """No automatic restarts for these units from now on (they are about to stop); best effort."""
+    for rt in ("docker", "systemd"):
+        argv = hold_argv(rt, [name for r, name in units if r == rt])
+        if argv is not None:
+            t.run(argv, timeout=STEP_TIMEOUT_S)
 
 
 def _unit_dir(m: Manifest) -> str:
@@ -471,6 +481,8 @@ def _start_step(
     verdicts: dict[str, Verdict] = {}
     try:
         # Stop every rank of the changing groups first: no old rank may rendezvous with a new one.
+        # Hold them all first, on every host, so no rank is restarted by its runtime meanwhile.
+        session.run(hosts, lambda h, t: _hold(t, [(d.unit.runtime, d.name) for d in by_host[h]]))
         stop = session.run(hosts, lambda h, t: _stop_units(t, by_host[h], progress, STOP_TIMEOUT_S))
         when = _now()
         installed = session.run(
@@ -501,7 +513,9 @@ def _start_step(
             teardown: dict[str, list[Desired]] = {}
             for d in failed:
                 teardown.setdefault(d.host, []).append(d)
-            session.run(sorted(teardown), lambda h, t: _stop_units(t, teardown[h], progress, None))
+            down_hosts = sorted(teardown)
+            session.run(down_hosts, lambda h, t: _hold(t, [(d.unit.runtime, d.name) for d in teardown[h]]))
+            session.run(down_hosts, lambda h, t: _stop_units(t, teardown[h], progress, None))
     return verdicts
 
 
@@ -583,6 +597,10 @@ def down(target: Target, connect: Connect, options: Options, progress: Progress 
             surveys = _survey_all(target, session, hosts)
             order = {d.name: d.unit.start_order for d in target.units}
             found = [m for s in surveys.values() for m in s.manifests.values()]
+            by_host_all: dict[str, list[Manifest]] = {}
+            for m in found:
+                by_host_all.setdefault(m.host, []).append(m)
+            session.run(sorted(by_host_all), lambda h, t: _hold(t, [(m.runtime, m.unit) for m in by_host_all[h]]))
             reports: list[UnitReport] = []
             errors: list[str] = []
             for step in sorted({order.get(m.unit, 99) for m in found}, reverse=True):

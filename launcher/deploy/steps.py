@@ -175,6 +175,22 @@ def stop_argv(runtime: Runtime, name: str, grace_s: int | None = None) -> tuple[
     return sh(_SYSTEMD_STOP, service(name))
 
 
+# A multi-node group going down: once one rank stops, the others fail (their process group is
+# broken) and docker's restart policy brings them back at once -- and a `docker stop` that lands
+# during that restart waits for the new process instead of stopping it.  So every rank of the
+# group gets `--restart=no` on every host before any rank is stopped.  systemd needs nothing:
+# `systemctl stop` cancels a pending automatic restart.
+_DOCKER_HOLD = 'docker update --restart=no "$@" >/dev/null 2>&1; true'
+
+
+def hold_argv(runtime: Runtime, names: Sequence[str]) -> tuple[str, ...] | None:
+    """Keeps the runtime from restarting ``names`` while they are being stopped (None: nothing
+    to do for this runtime or no names).  Never fails: a missing unit is simply not held."""
+    if runtime != "docker" or not names:
+        return None
+    return sh(_DOCKER_HOLD, *names)
+
+
 _LOGS = 'exec "$@" 2>&1'
 
 

@@ -43,6 +43,8 @@ class SimHost:
         self.log: list[tuple[str, ...]] = []
         self.writes = 0
         self.closed = False
+        self.held: set[str] = set()  # containers whose restart policy was set to "no"
+        self.journal: list[tuple[str, str, str]] = []  # (what, host, unit); may be shared by a fleet
 
     # Transport ----------------------------------------------------------------------------
     @property
@@ -150,7 +152,15 @@ class SimHost:
         return 0, "pulled\n", ""
 
     def stop(self, p: Sequence[str]) -> tuple[int, str, str]:
+        self.journal.append(("stop", self.name, p[0]))
         self.containers.pop(p[0], None)
+        return 0, "", ""
+
+    def hold(self, p: Sequence[str]) -> tuple[int, str, str]:
+        for n in p:
+            self.journal.append(("hold", self.name, n))
+            if n in self.containers:
+                self.held.add(n)
         return 0, "", ""
 
     def rotate(self, p: Sequence[str]) -> tuple[int, str, str]:
@@ -203,6 +213,7 @@ _SCRIPTS = {
     steps._PROBE: SimHost.probe,
     steps._PULL: SimHost.pull,
     steps._DOCKER_RM: SimHost.stop,
+    steps._DOCKER_HOLD: SimHost.hold,
     steps._ROTATE: SimHost.rotate,
     steps._REMOVE: SimHost.remove,
     steps._HASHES: SimHost.hashes,

@@ -64,6 +64,20 @@ def test_changed_engine_args_restart_the_whole_group_only(sim: SimFleet) -> None
     assert f"{D}/fleet-demo-rank-r1/prev{D}/fleet-demo-rank-r1/run.sh" in sim["h2"].files
 
 
+def test_every_rank_of_a_group_is_held_on_every_host_before_any_rank_stops(sim: SimFleet) -> None:
+    # Once one rank stops the others die, and docker would restart them mid-stop: all are held.
+    up(target(pp_plan()), sim.connect, FAST)
+    sim.journal.clear()
+    up(target(pp_plan(args=("--max-running-requests", "8"))), sim.connect, FAST)
+    kinds = [k for k, _, _ in sim.journal]
+    assert sorted(sim.journal[:2]) == [("hold", "h1", "fleet-demo-rank-r0"), ("hold", "h2", "fleet-demo-rank-r1")]
+    assert kinds == ["hold", "hold", "stop", "stop"]
+    sim.journal.clear()
+    down(target(pp_plan()), sim.connect, FAST)
+    kinds = [k for k, _, _ in sim.journal]
+    assert kinds[:3] == ["hold"] * 3 and kinds[3:] == ["stop"] * 3
+
+
 def test_a_dead_rank_restarts_its_group(sim: SimFleet) -> None:
     up(target(pp_plan()), sim.connect, FAST)
     sim["h2"].containers["fleet-demo-rank-r1"].state = "exited"
