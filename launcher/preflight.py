@@ -294,14 +294,17 @@ def reach_targets(plan: Plan, inventory: Inventory) -> tuple[ReachTarget, ...]:
     engines = [u for u in plan.units if u.role in ("single", "rank", "prefill", "decode")]
     out: list[ReachTarget] = []
 
+    position = {h.name: i for i, h in enumerate(inventory.hosts)}
+
     def add(label: str, leader: Unit, port: int, clients: Iterable[Unit]) -> None:
         seen: dict[str, tuple[str, str, str]] = {}
         for c in clients:
             if c.host != leader.host and c.host not in seen:
                 seen[c.host] = (c.host, c.name, ip(c.host))
         if seen:
+            ordered = tuple(sorted(seen.values(), key=lambda c: position[c[0]]))
             out.append(ReachTarget(label=label, group=leader.group, unit=leader.name, host=leader.host,
-                                   ip=ip(leader.host), port=port, clients=tuple(seen.values())))
+                                   ip=ip(leader.host), port=port, clients=ordered))
 
     for group, members in by_group.items():
         leader = min(members, key=lambda u: u.rank)
@@ -312,8 +315,9 @@ def reach_targets(plan: Plan, inventory: Inventory) -> tuple[ReachTarget, ...]:
                 if name in leader.ports:
                     add(label, leader, leader.ports[name], [m for m in members if m.rank > 0] + decode)
     for master in (u for u in plan.units if u.role == "mooncake-master"):
-        if "mooncake_master" in master.ports:
-            add("mooncake-master", master, master.ports["mooncake_master"], engines)
+        for name in ("mooncake_master", "mooncake_metadata"):
+            if name in master.ports:
+                add(name.replace("_", "-"), master, master.ports[name], engines)
     return tuple(out)
 
 
