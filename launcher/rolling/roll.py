@@ -148,6 +148,8 @@ class _Rollout:
         self.errors: list[str] = []
         self.notes: list[str] = list(plan.notes)
         self.details: dict[str, str] = {}
+        self.no_counter: set[str] = set()
+        self.restored_gen: dict[str, int] = {}
 
     # -- the loop
 
@@ -185,6 +187,11 @@ class _Rollout:
             halted = not self._batch(i, groups, surveys)
         if self.options.only_changed and not halted:
             self._infra(decision.changing, surveys)
+        if self.no_counter:
+            self.notes.append(
+                f"{', '.join(sorted(self.no_counter))}: the engine has no in-flight counter (/get_load, "
+                f"/metrics): requests in flight finished in its SIGTERM drain (stop grace {STOP_TIMEOUT_S}s)"
+            )
         ordered = [self.reports[n] for n in (*(g.name for g in self.plan.groups), *(g.name for g in self.plan.infra)) if n in self.reports]
         return RollReport(
             deployment=self.target.deployment, action=self.action, batches=self.plan.batches,
@@ -276,12 +283,7 @@ class _Rollout:
         for g in groups:
             self.progress.update(Event(host=g.hosts[0], unit=g.name, state="draining"))
         result = drain(probes, self.options.drain_timeout_s)
-        no_counter = sorted(k for k, d in result.items() if d.how == "no-counter")
-        if no_counter:
-            self.notes.append(
-                f"{', '.join(no_counter)}: the engine has no in-flight counter (/get_load, /metrics); "
-                f"in-flight requests finish in its SIGTERM drain (stop grace {STOP_TIMEOUT_S}s)"
-            )
+        self.no_counter.update(k for k, d in result.items() if d.how == "no-counter")
         return result
 
     # -- restart / restore / rollback
@@ -353,6 +355,7 @@ class _Rollout:
                         raise FleetError(f"{h}: {d.dir}/prev: no previous generation kept")
                     current = surveys[h].manifests.get(d.name)
                     restore.swap(t, d.dir, current.files if current else d.owned, prev)
+                    self.restored_gen[d.unit.group] = prev.generation
                     self.progress.update(Event(host=h, unit=d.name, state="restoring", detail=f"generation {prev.generation}"))
                     for argv in restore.start_argvs(prev, d.dir):
                         check(t, argv, secrets=self.secrets)
@@ -417,7 +420,9 @@ class _Rollout:
         if after and outcome == "restarted":
             gen_after = _next(surveys, units)
         elif outcome == "rolled-back":
-            gen_after = None  # read back by status
+            gen_after = next((self.restored_gen[d.unit.group] for d in units if d.unit.group in self.restored_gen), None)
+        elif outcome == "restored":
+            gen_after = before
         hosts = tuple(dict.fromkeys(d.host for d in units))
         self.reports[name] = GroupReport(
             group=name, batch=batch, outcome=outcome, hosts=hosts, generation_before=before,
