@@ -15,6 +15,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +53,34 @@ def run_timed(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return Timed(wall_s=wall, cpu_s=cpu, rc=proc.returncode, stdout=proc.stdout, stderr=proc.stderr)
+
+
+def fleet(*args: str) -> list[str]:
+    """argv of the ``fleet`` CLI of this checkout, run by this interpreter."""
+    return [sys.executable, "-c", "from launcher.cli import main; main()", *args]
+
+
+def run_streamed(argv: list[str]) -> tuple[float, float, int, str, list[tuple[float, str, str]]]:
+    """Runs ``fleet up`` with its progress lines (``host/unit: state``) on stderr, each stamped
+    with its arrival time since fork; returns wall, CPU, exit status, stdout, events."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    events: list[tuple[float, str, str]] = []
+    assert proc.stderr is not None and proc.stdout is not None
+    out_chunks: list[str] = []
+    reader = threading.Thread(target=lambda: out_chunks.append(proc.stdout.read()))  # type: ignore[union-attr]
+    reader.start()
+    for line in proc.stderr:
+        now = time.perf_counter() - t0
+        who, sep, state = line.rstrip("\n").partition(": ")
+        events.append((round(now, 3), who if sep else "", state if sep else line.rstrip("\n")))
+    rc = proc.wait()
+    wall = time.perf_counter() - t0
+    reader.join()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, rc, "".join(out_chunks), events
 
 
 def median(values: Sequence[float]) -> float:

@@ -2,7 +2,8 @@
 
     sudo python3 bench/bringup.py --runs 3 [--delay 5] [--scenarios pp2,pd]
 
-Scenarios (``playbooks/bench/``), on one sandbox fleet with dockerd on every host (11 hosts):
+Scenarios (``playbooks/bench/``), on one sandbox fleet with dockerd on every host (7 hosts for
+pp2 alone, 11 with pd):
   pp2  Kimi TP8 PP2 over two hosts (h6, h7): 2 engine units, one restart group.
   pd   GLM 2P1D, TP8 PP2 per role (prefill h6-h9, decode h10-h11, two nodes per instance),
        mooncake transfer, sglang-router on h1: 7 units, 4 groups, 2 start steps.
@@ -21,12 +22,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +33,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (  # noqa: E402
     REPO,
+    fleet,
     fmt_s,
     loadavg,
     machine,
     md_table,
     median,
     require_root,
+    run_streamed,
     run_timed,
     sandbox,
     spread,
@@ -53,7 +52,7 @@ SCENARIOS = {
     "pd": REPO / "playbooks/bench/pd-2p1d.yaml",
 }
 RTX_HOSTS = ("h6", "h7", "h8", "h9", "h10", "h11")
-HOSTS = 11
+HOSTS = {"pp2": 7, "pd": 11}  # sandbox hosts each scenario needs (h1..hN)
 TARGETS = {"pp2": 1.0, "pd": 2.0}
 
 
@@ -73,33 +72,6 @@ def with_delay(src: Path, dest: Path, delay: float) -> Path:
     doc["overrides"]["env"]["FLEET_STANDIN_START_DELAY"] = f"{delay:g}"
     dest.write_text(yaml.safe_dump(doc, sort_keys=False))
     return dest
-
-
-def fleet(*args: str) -> list[str]:
-    return [sys.executable, "-c", "from launcher.cli import main; main()", *args]
-
-
-def run_streamed(argv: list[str]) -> tuple[float, float, int, str, list[tuple[float, str, str]]]:
-    """Runs ``fleet up`` with its progress lines (``host/unit: state``) on stderr, each stamped
-    with its arrival time since fork; returns wall, CPU, exit status, stdout, events."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    events: list[tuple[float, str, str]] = []
-    assert proc.stderr is not None and proc.stdout is not None
-    out_chunks: list[str] = []
-    reader = threading.Thread(target=lambda: out_chunks.append(proc.stdout.read()))  # type: ignore[union-attr]
-    reader.start()
-    for line in proc.stderr:
-        now = time.perf_counter() - t0
-        who, sep, state = line.rstrip("\n").partition(": ")
-        events.append((round(now, 3), who if sep else "", state if sep else line.rstrip("\n")))
-    rc = proc.wait()
-    wall = time.perf_counter() - t0
-    reader.join()
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu, rc, "".join(out_chunks), events
 
 
 def timeline(events: list[tuple[float, str, str]]) -> dict[str, float | None]:
@@ -124,7 +96,7 @@ def one_run(pb: Path, inv: Path, known: str, delay: float) -> dict[str, Any]:
     tl = timeline(events)
     rec: dict[str, Any] = {"wall_s": round(wall, 3), "overhead_s": round(wall - delay, 3),
                            "client_cpu_s": round(cpu, 3), "rc": rc, "load1_before": load,
-                           "down_before_s": round(down.wall_s, 2), "timeline_s": tl}  # fmt: skip
+                           "down_before_s": round(down.wall_s, 2), "timeline_s": tl, "events": events}  # fmt: skip
     if tl["engines_healthy"] is not None:
         rec["engines_healthy_overhead_s"] = round(tl["engines_healthy"] - delay, 3)
     outcomes = [line.split() for line in stdout.splitlines() if line.startswith("h") and "fleet-" in line]
@@ -153,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("FLEET_NO_COLOR", "1")
     with tempfile.TemporaryDirectory(prefix="fleet-bench-bringup-") as tmp:
         work = Path(tmp)
-        with sandbox(args.name, HOSTS, docker=True, host_bashrc=args.host_bashrc) as st:
+        with sandbox(args.name, max(HOSTS[sc] for sc in scenarios), docker=True, host_bashrc=args.host_bashrc) as st:
             rtx = bench_inventory(st, work / "inventory-rtx.yaml")
             for scenario in scenarios:
                 inv = rtx if scenario == "pd" else Path(st.inventory)  # type: ignore[attr-defined]
