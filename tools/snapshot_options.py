@@ -6,6 +6,7 @@ e.g. ``sglang-0.5.23``)::
     <venv>/bin/python tools/snapshot_options.py probe NAME   # exit 0 when the parser builds
     <venv>/bin/python tools/snapshot_options.py write NAME [--out DIR]
     <venv>/bin/python tools/snapshot_options.py parse NAME   # stdin: JSON list of argvs
+    <venv>/bin/python tools/snapshot_options.py dump NAME    # one build's record, to stdout
 
 ``write`` creates ``<DIR>/<engine>-<version>.json`` (DIR defaults to launcher/engines/options).
 Actions keep the parser's registration order, because argparse reports ambiguous prefixes and
@@ -228,6 +229,7 @@ def _action_record(action: argparse.Action) -> dict[str, Any]:
         "nargs": _nargs(action),
         "takes_value": action.nargs != 0,
         "choices": _choices(action),
+        "choices_unordered": False,  # set by _stable()
         "type": _type_info(action),
         "required": bool(action.required),
         "help_suppressed": action.help == argparse.SUPPRESS,
@@ -331,6 +333,26 @@ def snapshot(name: str) -> dict[str, Any]:
     return record
 
 
+def _stable(name: str) -> dict[str, Any]:
+    """The snapshot, from two fresh processes: choices whose order differs between them (the
+    router's come from a Rust hash map) are sorted and marked unordered."""
+    runs = []
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, __file__, "dump", name], capture_output=True, text=True, check=False
+        )
+        if done.returncode != 0:
+            raise SystemExit(done.stderr[-3000:])
+        runs.append(json.loads(done.stdout))
+    first, second = runs
+    if first.get("syntax") == "argparse":
+        for action, other in zip(first["parser"]["actions"], second["parser"]["actions"]):
+            if action["choices"] != other["choices"]:
+                action["choices"] = sorted(action["choices"], key=str)
+                action["choices_unordered"] = True
+    return first
+
+
 def render(record: dict[str, Any]) -> str:
     return json.dumps(record, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
@@ -362,29 +384,36 @@ def parse_many(name: str, argvs: list[list[str]]) -> list[tuple[bool, str]]:
 
 
 def main(argv: list[str]) -> int:
+    if os.environ.get("PYTHONHASHSEED") != "0":
+        # Engines build some choices lists from sets: pin the hash seed so their order (and
+        # so the snapshot and the "choose from" messages) is the same on every run.
+        env = dict(os.environ, PYTHONHASHSEED="0")
+        os.execve(sys.executable, [sys.executable, __file__, *argv], env)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    cli.add_argument("command", choices=("probe", "write", "parse"))
+    cli.add_argument("command", choices=("probe", "write", "parse", "dump"))
     cli.add_argument("name", choices=sorted(TARGETS))
     cli.add_argument("--out", type=Path, default=OPTIONS_DIR)
     args = cli.parse_args(argv)
     if args.command == "probe":
         snapshot(args.name)
     elif args.command == "write":
-        record = snapshot(args.name)
+        record = _stable(args.name)
         args.out.mkdir(parents=True, exist_ok=True)
         path = args.out / f"{record['engine']}-{record['version']}.json"
         path.write_text(render(record), encoding="utf-8")
         print(path)
     else:
         # Engines log to stdout (vLLM's logger holds the stream): keep fd 1 for the JSON only.
-        results = os.fdopen(os.dup(1), "w")
+        out = os.fdopen(os.dup(1), "w")
         os.dup2(2, 1)
-        argvs = json.load(sys.stdin)
-        json.dump(parse_many(args.name, argvs), results)
-        results.close()
+        if args.command == "dump":
+            out.write(render(snapshot(args.name)))
+        else:
+            json.dump(parse_many(args.name, json.load(sys.stdin)), out)
+        out.close()
     return 0
 
 
