@@ -297,7 +297,9 @@ def docker_run_args(unit: Unit, *, detached: bool, render_hash: str) -> tuple[st
     ``argv[0]`` becomes ``--entrypoint`` so the process is exactly ``unit.argv`` whatever
     ENTRYPOINT the image declares.  Detached (docker runtime): the container restarts itself
     (policy from the plan, ``unless-stopped``: back after a daemon restart or reboot).
-    Foreground (systemd runtime): ``--rm``, systemd restarts it.
+    Foreground (systemd runtime): ``--rm``, systemd restarts it.  No ``--init``: SGLang and
+    vLLM handle SIGTERM as PID 1 and reap their own workers, and docker-init is not on every
+    host; ``--stop-timeout`` gives them time to drain.
     """
     c = unit.container
     if c is None:

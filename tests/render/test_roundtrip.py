@@ -61,7 +61,7 @@ NASTY = (
 )
 text = st.one_of(
     st.sampled_from(NASTY),
-    st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), max_size=24),
+    st.text(st.characters(codec="utf-8", blacklist_characters="\0"), max_size=24),
     st.lists(st.sampled_from(NASTY), max_size=4).map("".join),
 )
 env_names = st.from_regex(r"FLEET_T_[A-Z0-9_]{1,6}", fullmatch=True)
