@@ -313,3 +313,13 @@ def test_daemon_creates_every_line_as_planned(plan_id: str, daemon: Daemon) -> N
         finally:
             daemon.docker("rm", "-f", line.unit.name, check=False)
     assert failures == [], "\n".join(failures[:10])
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_client_accepts_stop_and_rm(client: str) -> None:
+    """The other docker commands the rendered files run (run.sh, ExecStartPre=, ExecStop=)."""
+    for args in (("stop", "-t", "120", "fleet-demo-single-r0"), ("rm", "-f", "fleet-demo-single-r0")):
+        r = _client(client, "unix:///nonexistent/docker.sock", args)
+        assert r.returncode != 0 and NO_DAEMON in r.stderr, (args, r.stderr)
+    bad = _client(client, "unix:///nonexistent/docker.sock", ("stop", "-t", "soon", "x"))
+    assert NO_DAEMON not in bad.stderr
