@@ -43,7 +43,7 @@ from launcher import network
 from launcher.engines import flags
 from launcher.engines.context import BOOTSTRAP, DIST_INIT, MASTER_PORT, NIXL_SIDE_CHANNEL, RAY
 from launcher.facts import MARKER, HostFacts, split_sections
-from launcher.model import Host, Inventory, Plan, Recipe, Unit
+from launcher.model import Host, Inventory, Plan, Playbook, Recipe, Unit
 
 Status = Literal["pass", "warn", "fail"]
 Level = Literal["cheap", "full"]
@@ -623,10 +623,16 @@ def _needs_of(units: Sequence[Unit]) -> _Needs:
     )
 
 
-def recipe_needs(recipe: Recipe, host: Host) -> _Needs:
-    return _Needs(gpus=recipe.hardware.gpus_per_node, containers=host.spec.runtime == "docker",
-                  docker_gpus=host.spec.runtime == "docker" and recipe.engine != "vllm-ascend",
-                  data_plane=recipe.topology != "single", shm=parse_size(recipe.shm_size))
+def recipe_needs(recipe: Recipe, host: Host, playbook: Playbook | None = None) -> _Needs:
+    """What a host of ``recipe`` needs when there is no plan to tell (the playbook's dropped
+    docker flags still apply)."""
+    runtime = (playbook.runtime if playbook else None) or host.spec.runtime
+    dropped = playbook.overrides.drop_docker_flags if playbook else ()
+    shm = (playbook.overrides.shm_size if playbook else None) or recipe.shm_size
+    return _Needs(gpus=recipe.hardware.gpus_per_node, containers=runtime == "docker",
+                  docker_gpus=runtime == "docker" and recipe.engine != "vllm-ascend" and "--gpus" not in dropped,
+                  data_plane=recipe.topology != "single",
+                  shm=parse_size(shm) if "--shm-size" not in dropped and "--ipc" not in dropped else None)
 
 
 def _docker_fix(error: str) -> str:
@@ -1015,13 +1021,13 @@ def evaluate(plan: Plan, inventory: Inventory, recipe: Recipe, facts: Mapping[st
 
 
 def evaluate_hosts(hosts: Sequence[Host], recipe: Recipe, facts: Mapping[str, HostFacts],
-                   unreachable: Mapping[str, str] | None = None) -> tuple[Check, ...]:
+                   unreachable: Mapping[str, str] | None = None, playbook: Playbook | None = None) -> tuple[Check, ...]:
     """Host checks from the recipe alone, for when the plan itself cannot be made (it names the
     hosts that would have run units, so a missing HCA is still reported as such)."""
     unreachable = unreachable or {}
     out: list[Check] = []
     for host in hosts:
-        out.extend(_host_checks(host, recipe_needs(recipe, host), recipe, facts.get(host.name),
+        out.extend(_host_checks(host, recipe_needs(recipe, host, playbook), recipe, facts.get(host.name),
                                 unreachable.get(host.name)))
     return tuple(out)
 

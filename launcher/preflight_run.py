@@ -273,7 +273,7 @@ def run_preflight(
         the_plan = plan(inventory, catalog, playbook, facts)
     except PlanError as err:
         checks = (_plan_error_check(err, inventory),
-                  *preflight.evaluate_hosts(hosts, recipe, facts, gathered.unreachable))
+                  *preflight.evaluate_hosts(hosts, recipe, facts, gathered.unreachable, playbook))
         return PreflightReport(deployment=deployment, recipe=recipe.id, plan=None, facts=facts, checks=checks)
 
     unit_hosts = [h for h in inventory.hosts if any(u.host == h.name for u in the_plan.units)]
