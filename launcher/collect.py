@@ -41,7 +41,7 @@ from launcher.execute.transport import Transport
 from launcher.model import Host, Inventory, Playbook
 from launcher.output import MASK
 from launcher.plan import deployment_name, plan, to_jsonable
-from launcher.preflight_run import outcome_reason, placement_hosts
+from launcher.preflight_run import failure, outcome_reason, placement_hosts
 
 DEFAULT_TAIL = 2000
 NCCL_LINES = 20000
@@ -220,8 +220,7 @@ def _collect_one(deployment: str, tail: int) -> Callable[[Host, Transport], byte
         result = transport.run(("sh", "-c", COLLECT_SCRIPT, "fleet-collect", deployment, str(tail), gather),
                                timeout=COLLECT_TIMEOUT_S)
         if not result.stdout.startswith(b"\x1f\x8b"):
-            result.check()
-            raise FleetError(f"{host.name}: collect printed no archive")
+            raise failure(result, "collect script")
         return result.stdout
     return one
 

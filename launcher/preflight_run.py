@@ -26,9 +26,9 @@ from typing import Callable, Mapping, Sequence
 from launcher import facts_cache, preflight
 from launcher.config.patterns import select
 from launcher.config.recipes import Catalog
-from launcher.errors import ExitCode, FleetError, PlanError, UnreachableError
+from launcher.errors import ExitCode, FleetError, PlanError, RemoteError, UnreachableError
 from launcher.execute.fanout import DEFAULT_FORKS, Connector, Failed, FanoutResult, Ok, Unreachable, run_all
-from launcher.execute.transport import Transport
+from launcher.execute.transport import Result, Transport
 from launcher.facts import HostFacts, gather_script
 from launcher.model import Host, Inventory, Plan, Playbook, Recipe, Unit
 from launcher.plan import deployment_name, plan
@@ -43,6 +43,13 @@ Note = Callable[[str], None]
 
 def _quiet(_: str) -> None:
     pass
+
+
+def failure(result: Result, label: str) -> RemoteError:
+    """The error of a probe that printed nothing usable, named by ``label`` (never the whole
+    script): exit status and the last stderr line."""
+    tail = result.stderr_text.strip() or result.stdout_text.strip()
+    return RemoteError(result.host, label, result.exit_status, tail[-500:])
 
 
 def outcome_reason(outcome: Unreachable | Failed) -> str:
@@ -81,7 +88,7 @@ def _gather_one(host: Host, transport: Transport) -> facts_cache.Cached:
     result = transport.run(("sh", "-c", script), timeout=GATHER_TIMEOUT_S)
     received = time.time()
     if not result.stdout_text.strip():
-        result.check()  # no output at all: say why (exit status, stderr)
+        raise failure(result, "facts gather script")
     return facts_cache.entry(host, result.stdout_text, sent, received)
 
 
@@ -151,7 +158,7 @@ def _probe_host(host: Host, transport: Transport, paths: tuple[str, ...], images
     timeout = FULL_PROBE_TIMEOUT_S if level == "full" else PROBE_TIMEOUT_S
     result = transport.run(("sh", "-c", script), timeout=timeout)
     if not result.stdout_text.strip():
-        result.check()
+        raise failure(result, "preflight probe script")
     return preflight.parse_host_probe(result.stdout_text, paths, level)
 
 
@@ -197,8 +204,7 @@ def _reachability(targets: Sequence[ReachTarget], inventory: Inventory, connecto
                 try:
                     return preflight.parse_listener(res.stdout_text)
                 except ValueError:
-                    res.check()
-                    raise
+                    raise failure(res, "reachability listener (python3)") from None
             started = run_all([hosts[h] for h in to_listen], listen, connector=connector, forks=forks)
             for o in started.outcomes:
                 if isinstance(o, Ok):
@@ -225,8 +231,7 @@ def _reachability(targets: Sequence[ReachTarget], inventory: Inventory, connecto
             try:
                 return preflight.parse_client(res.stdout_text)
             except ValueError:
-                res.check()
-                raise
+                raise failure(res, "reachability client (python3)") from None
         if jobs:
             results = run_all([hosts[h] for h in jobs], connect, connector=connector, forks=forks)
             for res in results.outcomes:
