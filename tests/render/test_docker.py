@@ -295,23 +295,30 @@ def test_daemon_creates_every_line_as_planned(plan_id: str, daemon: Daemon) -> N
     for image in sorted({ln.unit.container.image for ln in lines(plan_id) if ln.unit.container}):
         # Every image the plan names is the local busybox image: nothing is ever pulled.
         daemon.docker("tag", "fleet-render-test:busybox", image)
-    for line in lines(plan_id):
-        args = list(line.args)
-        assert args[0] == "run"
-        args = ["create", "--pull", "never", *[a for i, a in enumerate(args[1:]) if not (i == 0 and a == "-d")]]
-        # As run.sh / systemd would: the values live in the client's environment, never in argv.
-        env = {**line.unit.env, **{s.name: f"secret-{s.name}" for s in line.unit.secrets}}
-        r = daemon.docker(*args, env=env, check=False)
-        if r.returncode != 0:
-            failures.append(f"{line.plan_id} {line.unit.name}: {r.stderr.strip()}")
+    for detached in (True, False):  # one runtime at a time: both use the same container names
+        created: dict[str, Line] = {}
+        for line in (ln for ln in lines(plan_id) if ln.detached == detached):
+            args = list(line.args)
+            assert args[0] == "run"
+            args = ["create", "--pull", "never", *[a for i, a in enumerate(args[1:]) if not (i == 0 and a == "-d")]]
+            # As run.sh / systemd would: the values live in the client's environment, never in argv.
+            env = {**line.unit.env, **{s.name: f"secret-{s.name}" for s in line.unit.secrets}}
+            r = daemon.docker(*args, env=env, check=False)
+            if r.returncode != 0:
+                failures.append(f"{line.plan_id} {line.unit.name}: {r.stderr.strip()}")
+            else:
+                created[line.unit.name] = line
+        if not created:
             continue
         try:
-            info = json.loads(daemon.docker("inspect", "--type", "container", line.unit.name).stdout)[0]
-            _check_inspect(line, info)
-        except AssertionError as err:
-            failures.append(f"{line.plan_id} {line.unit.name}: {err}")
+            for info in json.loads(daemon.docker("inspect", "--type", "container", *created).stdout):
+                line = created[info["Name"].lstrip("/")]
+                try:
+                    _check_inspect(line, info)
+                except AssertionError as err:
+                    failures.append(f"{line.plan_id} {line.unit.name}: {err}")
         finally:
-            daemon.docker("rm", "-f", line.unit.name, check=False)
+            daemon.docker("rm", "-f", *created, check=False)
     assert failures == [], "\n".join(failures[:10])
 
 
