@@ -12,6 +12,11 @@ Contract: ``check_argv`` returns the problems, empty when the real parser would 
 The first problem is the one the real parser reports (it stops there); later ones are what it
 would report once the earlier ones are fixed, as far as that can be told.
 
+Not modelled (accepted as long as argparse itself would accept them): what an engine-specific
+``type=`` (snapshot kind "other", e.g. vLLM's dataclass-validated JSON configs) or a custom
+Action class checks beyond the strings the snapshot recorded verdicts for, and the contents of
+vLLM's ``--config FILE``.  Parse-level only: the engines' post-parse validation is not run.
+
 Pure stdlib and free of launcher imports: the sandbox stand-in copies this one file into its
 image and imports it on its own, pointing ``FLEET_ENGINE_OPTIONS`` at a copy of the snapshots.
 """
