@@ -1,15 +1,101 @@
-"""PD rolling by cohort switch (placeholder, filled in below)."""
+"""PD rolling by cohort switch: generations never pair, no request fails.
+
+A PD router pairs any registered prefill with any registered decode, so a new-generation worker
+registered beside old ones would serve requests with an old-generation partner, and replacing a
+router's workers one call at a time always passes through a state with either a mixed pair or
+no complete pair (see docs/rolling.md).  So a PD deployment rolls as a whole *cohort* (its
+prefills, decodes, Mooncake master and its own PD router), behind a *front* router in regular
+mode whose workers are cohort routers:
+
+1. the new cohort comes up on the ``--surge`` hosts (the playbook's placement mapped host for
+   host onto them) through the deploy layer, and is gated on health; it serves nothing yet;
+2. its router is registered in every front router that holds the serving cohort's router, and
+   waited for until healthy;
+3. the serving cohort's router is deregistered from the front routers: new requests now reach
+   only the new cohort; requests in flight finish in the old one;
+4. the old cohort drains (engine counters; else the engines' SIGTERM drain), then is retired:
+   decodes first (their streams finish), then prefills, then its router and Mooncake master;
+   its files stay in ``prev/`` on its hosts.
+
+Afterwards the deployment serves from the surge hosts: the playbook's placement should name
+them (the old hosts become the next roll's ``--surge``).  ``rollback`` is the same switch with
+step 1 replaced by bringing the cohort kept in ``prev/`` on the ``--surge`` hosts back.
+
+Capacity cost: a second full cohort (as many hosts as the deployment uses) for the length of
+the roll.  On a failure before step 2 the new cohort is removed and the old one never stopped
+serving.
+"""
 
 from __future__ import annotations
 
-from typing import Sequence
+import dataclasses
+from typing import Callable, Mapping, Sequence
 
-from launcher.deploy.orchestrate import Connect, Target
-from launcher.errors import UsageError
+from launcher.config.patterns import select
+from launcher.deploy import lock, orchestrate
+from launcher.deploy.desired import Desired, from_rendered, groups as desired_groups, step_of
+from launcher.deploy.health import Verdict, gate
+from launcher.deploy.manifest import Manifest
+from launcher.deploy.orchestrate import Connect, Options, Session, Target, survey_host
+from launcher.deploy.remote import check, sh
+from launcher.deploy.secrets import resolve
+from launcher.errors import FleetError, UsageError
+from launcher.execute.transport import Transport
 from launcher.model import Inventory, Playbook
-from launcher.output import Progress
-from launcher.rolling.roll import Action, RollOptions, RollReport
-from launcher.rolling.router_api import RouterClient
+from launcher.output import Event, Progress, mask
+from launcher.rolling import restore
+from launcher.rolling.batches import plan_roll
+from launcher.rolling.roll import NO_RESTART, Action, GroupOutcome, GroupReport, RollOptions, RollReport
+from launcher.rolling.router_api import HostHttp, RouterClient, RouterError, drain, inflight
+
+RETIRE_ORDER = {"decode": 0, "prefill": 1, "single": 1, "rank": 1, "gateway": 2, "router": 3, "mooncake-master": 4}
+
+
+def surge_playbook(playbook: Playbook, inventory: Inventory, surge: Sequence[str]) -> tuple[Playbook, dict[str, str]]:
+    """The playbook with every host its placement patterns match replaced, in inventory order,
+    by the surge hosts in inventory order; and that host map."""
+    matched: list[str] = []
+    for role, pl in playbook.placement.items():
+        for h in select(inventory, pl.hosts, pl.source, f"placement/{role}"):
+            if h.name not in matched:
+                matched.append(h.name)
+    order = {h.name: i for i, h in enumerate(inventory.hosts)}
+    matched.sort(key=lambda n: order[n])
+    spare = sorted(dict.fromkeys(surge), key=lambda n: order[n])
+    if len(spare) < len(matched):
+        raise UsageError(
+            f"--surge: {len(spare)} host(s) given; the playbook's placement matches {len(matched)} "
+            f"({', '.join(matched)}), a second cohort needs as many"
+        )
+    mapping = dict(zip(matched, spare))
+    remapped = {
+        role: dataclasses.replace(
+            p, hosts=":".join(mapping[h.name] for h in select(inventory, p.hosts, p.source, f"placement/{role}"))
+        )
+        for role, p in playbook.placement.items()
+    }
+    return dataclasses.replace(playbook, placement=remapped), mapping
+
+
+def cohort_target(playbook: Playbook, inventory: Inventory, secret_flags: Sequence[str] | None) -> Target:
+    """Load → plan → render for a (surge) playbook already in memory."""
+    from launcher.config.recipes import load_catalog
+    from launcher.plan import plan
+    from launcher.render import render
+
+    the_plan = plan(inventory, load_catalog(), playbook)
+    units = from_rendered(the_plan, render(the_plan))
+    names = {d.host for d in units}
+    hosts = tuple(h for h in inventory.hosts if h.name in names)
+    secrets = resolve(playbook.secrets, secret_flags) if secret_flags is not None else {}
+    return Target(deployment=the_plan.deployment, recipe=the_plan.recipe, hosts=hosts, units=units, secrets=secrets)
+
+
+def router_url(target: Target) -> str:
+    r = next((d for d in target.units if d.unit.role == "router" and d.unit.health is not None), None)
+    if r is None or r.unit.health is None:
+        raise UsageError(f"deployment {target.deployment} has no router unit")
+    return r.unit.health.url.rsplit("/", 1)[0]
 
 
 def switch(
@@ -25,4 +111,189 @@ def switch(
     action: Action,
     secret_flags: Sequence[str],
 ) -> RollReport:
-    raise UsageError("not yet")
+    """``fleet restart`` / ``fleet rollback`` of a PD deployment (see the module docstring)."""
+    rp = plan_roll([d.unit for d in target.units], role=options.role, limit=options.limit, surge=surge)
+    if not fronts:
+        raise UsageError(
+            f"PD deployment {target.deployment} rolls behind a front router: give --router URL (a router in "
+            f"regular mode whose workers are the cohorts' PD routers; clients send requests there)"
+        )
+    new_playbook, _ = surge_playbook(playbook, inventory, surge)
+    new = cohort_target(new_playbook, inventory, secret_flags if action == "restart" else None)
+    old_url, new_url = router_url(target), router_url(new)
+    serving = [f for f in fronts if f.find(old_url) is not None]
+    if not serving:
+        raise UsageError(
+            f"router {fronts[0].base}: the cohort router {old_url} of deployment {target.deployment} is not "
+            f"registered there; PD rolling moves traffic between cohort routers behind it"
+        )
+    notes = list(rp.notes)
+    errors: list[str] = []
+    secrets = tuple(target.secrets.values())
+    reports: list[GroupReport] = []
+
+    # 1. the other cohort: new generation (restart) or the one kept in prev/ (rollback)
+    if action == "restart":
+        up = orchestrate.up(new, connect, Options(forks=options.forks, timeout_s=options.timeout_s,
+                                                  break_lock=options.break_lock), progress)  # fmt: skip
+        if up.errors:
+            errors += [f"new cohort on {', '.join(sorted({d.host for d in new.units}))}: {e}" for e in up.errors]
+            orchestrate.down(new, connect, Options(forks=options.forks, break_lock=True), progress)
+            errors.append("rollout halted: the new cohort was removed; the serving cohort was never touched")
+            return _report(target, new, rp.batches, "failed", "skipped", notes, errors, action)
+    else:
+        err = _revive(new, connect, options, progress)
+        if err is not None:
+            errors.append(mask(f"previous cohort on {', '.join(sorted({d.host for d in new.units}))}: {err}", secrets))
+            orchestrate.down(new, connect, Options(forks=options.forks, break_lock=True), progress)
+            errors.append("rollback halted: the serving cohort was never touched")
+            return _report(target, new, rp.batches, "failed", "skipped", notes, errors, action)
+
+    # 2. traffic to the new cohort; 3. away from the old one
+    try:
+        for f in serving:
+            f.add(new_url)
+            f.wait(new_url, present=True, timeout_s=options.register_timeout_s)
+            progress.note(f"front {f.base}: cohort router {new_url} registered")
+    except RouterError as err:
+        errors.append(str(err))
+        for f in serving:
+            try:
+                f.remove(new_url)
+            except RouterError:
+                pass
+        orchestrate.down(new, connect, Options(forks=options.forks, break_lock=True), progress)
+        errors.append("rollout halted: the new cohort was removed; the serving cohort was never touched")
+        return _report(target, new, rp.batches, "failed", "skipped", notes, errors, action)
+    for f in serving:
+        f.remove(old_url)
+        f.wait(old_url, present=False, timeout_s=options.register_timeout_s)
+        progress.note(f"front {f.base}: cohort router {old_url} deregistered")
+
+    # 4. drain and retire the old cohort
+    left = _retire(target, connect, options, progress, notes)
+    if left:
+        errors += [mask(e, secrets) for e in left]
+    return _report(target, new, rp.batches, "retired", "restarted" if action == "restart" else "rolled-back",
+                   notes, errors, action)  # fmt: skip
+
+
+def _revive(new: Target, connect: Connect, options: RollOptions, progress: Progress) -> FleetError | None:
+    """Brings back the generation kept in prev/ on ``new``'s hosts, step by step, health-gated."""
+    hosts = sorted({h.name for h in new.hosts})
+    owner = lock.owner_line()
+    with Session(new.hosts, connect, options.forks) as session:
+        session.require_all()
+        orchestrate._take_locks(session, hosts, new.deployment, owner, options.break_lock)
+        try:
+            by_group = desired_groups(new.units)
+            for step in sorted({step_of(us) for us in by_group.values()}):
+                batch = {g: us for g, us in by_group.items() if step_of(us) == step}
+
+                def back(h: str, t: Transport, batch: Mapping[str, Sequence[Desired]] = batch) -> None:
+                    for units in batch.values():
+                        for d in units:
+                            if d.host != h:
+                                continue
+                            prev = restore.read_prev(t, d.dir)
+                            if prev is None:
+                                raise FleetError(f"{h}: {d.dir}/prev: no previous generation kept")
+                            restore.swap(t, d.dir, (), prev)
+                            progress.update(Event(host=h, unit=d.name, state="restoring", detail=f"generation {prev.generation}"))
+                            for argv in restore.start_argvs(prev, d.dir):
+                                check(t, argv)
+
+                involved = sorted({d.host for us in batch.values() for d in us})
+                results = session.run(involved, back)
+                err = next((r for r in results.values() if isinstance(r, FleetError)), None)
+                if err is not None:
+                    return err
+                verdicts: dict[str, Verdict] = gate(
+                    batch, session.transports, timeout_override=options.timeout_s, forks=session.forks, progress=progress
+                )
+                bad = next((v for v in verdicts.values() if not v.healthy), None)
+                if bad is not None:
+                    return bad.error
+            return None
+        finally:
+            session.run(hosts, lambda h, t: lock.release(t, new.deployment, owner))
+
+
+def _retire(target: Target, connect: Connect, options: RollOptions, progress: Progress, notes: list[str]) -> list[str]:
+    """Drains the (deregistered) old cohort and retires it, decodes first."""
+    hosts = sorted({h.name for h in target.hosts})
+    owner = lock.owner_line()
+    errors: list[str] = []
+    with Session(target.hosts, connect, options.forks) as session:
+        session.require_all()
+        orchestrate._take_locks(session, hosts, target.deployment, owner, options.break_lock)
+        try:
+            probes: dict[str, Callable[[], int | None]] = {}
+            for d in target.units:
+                if d.unit.health is not None and d.unit.role in ("prefill", "decode"):
+                    url = d.unit.health.url.rsplit("/", 1)[0]
+                    http = HostHttp(session.transports[d.host])
+                    probes[d.name] = lambda http=http, url=url: inflight(http, url)  # type: ignore[misc]
+            drained = drain(probes, options.drain_timeout_s)
+            if any(v.how == "no-counter" for v in drained.values()):
+                notes.append(
+                    "the old cohort's engines have no in-flight counter (/get_load, /metrics): requests in flight "
+                    "finished in their SIGTERM drain, decodes stopped first"
+                )
+            late = {k: v.left for k, v in drained.items() if v.how == "timeout"}
+            if late:
+                notes.append(f"drain timeout: still in flight at retire: {late}")
+            found = session.run(hosts, lambda h, t: survey_host(t, h, target.deployment, target.units))
+            manifests: list[Manifest] = []
+            for h, s in found.items():
+                if isinstance(s, FleetError):
+                    errors.append(str(s))
+                elif isinstance(s, orchestrate.Survey):
+                    manifests += list(s.manifests.values())
+            # A rank whose peer stopped first would die and be restarted by docker (restart
+            # policy) into a rendezvous that may not honor SIGTERM: no restarts while retiring.
+            docker_units: dict[str, list[str]] = {}
+            for m in manifests:
+                if m.runtime == "docker":
+                    docker_units.setdefault(m.host, []).append(m.unit)
+            session.run(sorted(docker_units), lambda h, t: check(t, sh(NO_RESTART, *docker_units[h]), label="docker update --restart=no"))
+            for rank in sorted({RETIRE_ORDER.get(m.role, 5) for m in manifests}):
+                batch: dict[str, list[Manifest]] = {}
+                for m in manifests:
+                    if RETIRE_ORDER.get(m.role, 5) == rank:
+                        batch.setdefault(m.host, []).append(m)
+
+                def retire(h: str, t: Transport, batch: dict[str, list[Manifest]] = batch) -> None:
+                    for m in batch[h]:
+                        progress.update(Event(host=h, unit=m.unit, state="retiring"))
+                        orchestrate.retire(t, m)
+                        progress.update(Event(host=h, unit=m.unit, state="retired"))
+
+                results = session.run(sorted(batch), retire)
+                errors += [str(r) for r in results.values() if isinstance(r, FleetError)]
+        finally:
+            session.run(hosts, lambda h, t: lock.release(t, target.deployment, owner))
+    return errors
+
+
+def _report(
+    old: Target,
+    new: Target,
+    batches: tuple[tuple[str, ...], ...],
+    old_outcome: GroupOutcome,
+    new_outcome: GroupOutcome,
+    notes: list[str],
+    errors: list[str],
+    action: Action,
+) -> RollReport:
+    rows = []
+    for who, t, outcome in (("old cohort", old, old_outcome), ("new cohort", new, new_outcome)):
+        for g, units in desired_groups(t.units).items():
+            rows.append(GroupReport(group=g, batch=1, outcome=outcome, hosts=tuple(dict.fromkeys(d.host for d in units)),
+                                    detail=who))  # fmt: skip
+    if not errors:
+        where = ", ".join(sorted({d.host for d in new.units}))
+        notes.append(f"deployment {new.deployment} now serves from {where}: set the playbook's placement to these hosts "
+                     f"(the old hosts keep the previous generation in prev/ for fleet rollback --surge)")  # fmt: skip
+    return RollReport(deployment=old.deployment, action=action, batches=batches, groups=tuple(rows),
+                      notes=tuple(notes), errors=tuple(errors))  # fmt: skip

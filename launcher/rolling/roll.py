@@ -26,7 +26,7 @@ from launcher.deploy.desired import Desired, step_of
 from launcher.deploy.health import Verdict, gate
 from launcher.deploy.manifest import Manifest
 from launcher.deploy.orchestrate import Connect, GroupChange, Options, Session, Survey, Target
-from launcher.deploy.remote import check
+from launcher.deploy.remote import check, sh
 from launcher.deploy.steps import stop_argv
 from launcher.errors import ExitCode, FleetError, UsageError
 from launcher.execute.transport import Transport
@@ -37,7 +37,8 @@ from launcher.rolling.batches import RollGroup, RollPlan, plan_roll
 from launcher.rolling.router_api import Drained, HostHttp, RouterClient, RouterError, drain, inflight
 
 Action = Literal["restart", "rollback"]
-GroupOutcome = Literal["restarted", "rolled-back", "unchanged", "failed", "restored", "skipped", "not-reached"]
+NO_RESTART = 'for n in "$@"; do docker update --restart=no "$n" >/dev/null 2>&1; done; true'
+GroupOutcome = Literal["restarted", "rolled-back", "unchanged", "failed", "restored", "skipped", "not-reached", "retired"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -202,6 +203,7 @@ class _Rollout:
         """One batch; False when it failed (the rollout halts)."""
         registered = self._take_out(groups)
         drained = self._drain(groups)
+        self._no_restart(groups)
         if self.action == "restart":
             verdicts = self._restart(groups, surveys)
         else:
@@ -287,6 +289,18 @@ class _Rollout:
         return result
 
     # -- restart / restore / rollback
+
+    def _no_restart(self, groups: Sequence[RollGroup]) -> None:
+        """Stopping rank 0 of a multi-node group kills its other ranks; docker's restart policy
+        would bring them back into a rendezvous that may not honor SIGTERM until it times out.
+        The new generation's containers get the policy back (``docker run`` makes new ones)."""
+        units: dict[str, list[str]] = {}
+        for g in groups:
+            for d in self.desired[g.name]:
+                if d.unit.runtime == "docker" and len(g.units) > 1:
+                    units.setdefault(d.host, []).append(d.name)
+        if units:
+            self.session.run(sorted(units), lambda h, t: check(t, sh(NO_RESTART, *units[h]), label="docker update --restart=no"))
 
     def _changes(self, groups: Sequence[RollGroup], reason: str) -> list[GroupChange]:
         out = []
