@@ -188,6 +188,21 @@ def print_preflight(report: PreflightReport, *, as_json: bool = False, problems_
     click.echo(f"fleet: preflight {report.deployment}: {n['pass']} pass, {n['warn']} warn, {n['fail']} fail", err=True)
 
 
+def gate(playbook: str, inventory_path: str, connector: SshConnector, *, forks: int = DEFAULT_FORKS,
+         quiet: bool = False) -> PreflightReport:
+    """What ``fleet up`` runs first (unless ``--skip-preflight``): the cheap preflight, its
+    warnings and failures on stderr, and exit status 1 before anything is touched when a check
+    fails.  Returns the report (its plan was made with fresh facts)."""
+    report = run_preflight_paths(playbook, inventory_path, connector, forks=forks, level="cheap",
+                                 note=(lambda _: None) if quiet else _note)
+    print_preflight(report, problems_only=True)
+    if report.failed:
+        click.echo("fleet: preflight failed: nothing was started (fleet preflight PLAYBOOK -i INV shows every "
+                   "check; --skip-preflight overrides)", err=True)
+        sys.exit(int(report.exit_code))
+    return report
+
+
 @cli.command("preflight")
 @click.argument("playbook")
 @_ssh_options
