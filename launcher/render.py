@@ -68,6 +68,7 @@ MODE_SCRIPT = 0o755
 MODE_FILE = 0o644
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_RECIPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_./-]*")  # written into comments of scripts and units
 _FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 _TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 
@@ -123,6 +124,8 @@ def render(plan: Plan, runtime: Runtime | None = None) -> RenderedPlan:
     """Files and start/stop argvs per host.  ``runtime`` overrides every unit's own runtime;
     units without a container always get a native systemd unit."""
     _check_name("deployment", plan.deployment)
+    if not _RECIPE.fullmatch(plan.recipe):
+        raise PlanError(None, f"recipe {plan.recipe!r}: must match [A-Za-z0-9][A-Za-z0-9_./-]*")
     mounted = {m.host for u in plan.units if u.container for m in u.container.mounts}
     for name in plan.files:
         if not all(_FILE_NAME.fullmatch(part) for part in name.split("/")):
@@ -283,8 +286,8 @@ def _context(plan: Plan, unit: Unit, env_path: str, secrets_path: str) -> dict[s
         "env_path": env_path,
         "secrets_path": secrets_path,
         "restart_sec": RESTART_SEC,
-        # Image pulls happen before the container prints anything; never let systemd give up
-        # on a start sooner than the plan's own health deadline.
+        # Type=exec: the start job ends when docker is exec'd, so an image pull (inside
+        # `docker run`) is never cut short; this bounds ExecStartPre and the exec only.
         "start_timeout": max(start_timeout, 600),
         "stop_timeout": STOP_TIMEOUT_S + SYSTEMD_STOP_MARGIN_S,
         "engine_stop_timeout": STOP_TIMEOUT_S,

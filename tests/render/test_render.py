@@ -195,6 +195,7 @@ def _mount(host: str) -> Plan:
 @pytest.mark.parametrize(
     "plan, message",
     [
+        (replace(factory.plan(), recipe="x\nExecStartPre=/bin/evil"), "recipe 'x\\nExecStartPre=/bin/evil': must match [A-Za-z0-9][A-Za-z0-9_./-]*"),
         (factory.plan(deployment="bad name"), "deployment 'bad name': must match [A-Za-z0-9][A-Za-z0-9_.-]*"),
         (factory.plan(factory.unit("x/y")), "unit on gpu-a1 'x/y': must match [A-Za-z0-9][A-Za-z0-9_.-]*"),
         (factory.plan(factory.unit(), factory.unit()), "unit 'fleet-demo-single-r0': appears twice on host gpu-a1"),
