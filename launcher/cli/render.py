@@ -26,8 +26,6 @@ from launcher.render import RenderedHost, render
 
 
 def _write(out: Path, host: RenderedHost) -> None:
-    if "/" in host.host or host.host in (".", ".."):
-        raise UsageError(f"fleet render: host {host.host!r}: cannot be a folder name under -o")
     for f in host.files:
         path = out / host.host / f.path.lstrip("/")
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -66,9 +64,12 @@ def render_command(target: str, inventory_path: str, hosts: str | None, output: 
     chosen = [h for name, h in rendered.hosts.items() if keep is None or name in keep]
     if not chosen:
         raise UsageError(f"fleet render: --hosts {hosts}: no unit of {rendered.deployment} runs there")
+    for host in chosen:
+        if "/" in host.host or host.host in (".", ".."):
+            raise UsageError(f"fleet render: host {host.host!r}: cannot be a folder name under -o")
     try:
         for host in chosen:
-            if (out / host.host).is_dir() and "/" not in host.host and host.host not in (".", ".."):
+            if (out / host.host).is_dir():
                 shutil.rmtree(out / host.host)
             _write(out, host)
     except OSError as err:
