@@ -217,13 +217,15 @@ def _need(unit: Unit, host: Host, what: str, value: str, beside: bool = False) -
 
 def weight_needs(unit: Unit, host: Host, recipe: Recipe) -> tuple[WeightNeed, ...]:
     """The weights an engine unit reads (target, and draft when the recipe has one)."""
-    if unit.role not in ("single", "rank", "prefill", "decode") or "ray" in unit.argv[:1]:
+    if unit.role not in ("single", "rank", "prefill", "decode"):
         return ()
     out = []
-    model = _model_value(unit, recipe)
+    # A Ray node loads the weights for the one `vllm serve` on rank 0: vLLM's model is the
+    # positional argument, which overrides cannot change, so the recipe's model is the final one.
+    model = recipe.model if unit.argv[:1] == ("ray",) else _model_value(unit, recipe)
     if model:
         out.append(_need(unit, host, "weights", model))
-    draft = _draft_value(unit, recipe)
+    draft = None if unit.argv[:1] == ("ray",) else _draft_value(unit, recipe)
     if draft:
         beside = bool(recipe.speculative and recipe.speculative.draft_beside_target)
         out.append(_need(unit, host, "draft weights", draft, beside))

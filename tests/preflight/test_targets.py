@@ -73,3 +73,13 @@ def test_vllm_nixl_side_channel_from_decode() -> None:
 
 def test_single_node_needs_no_reachability() -> None:
     assert targets(fleet(), f.recipe(), f.playbook({"single": "h1"})) == []
+
+
+def test_weights_are_checked_on_every_ray_node() -> None:
+    inv = fleet()
+    vllm = f.multinode(engine="vllm", engine_version="0.11.0", image="vllm/vllm-openai:v0.11.0")
+    ray = f.playbook({"rank": "h1:h2"}, overrides=f.overrides(engine_args=("--distributed-executor-backend", "ray")))
+    p = plan(inv, f.catalog(vllm), ray)
+    paths = preflight.probe_paths(p, inv, vllm)
+    assert sorted(paths) == ["h1", "h2"]
+    assert paths["h1"] == paths["h2"] == ("/models/org/model", "/var/cache/fleet/huggingface/hub/models--org--model")
