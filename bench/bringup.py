@@ -108,6 +108,39 @@ def one_run(pb: Path, inv: Path, known: str, delay: float) -> dict[str, Any]:
     return rec
 
 
+PROFILE_WRAPPER = """
+import cProfile, sys, time
+t0 = time.perf_counter()
+from launcher.cli import main
+t1 = time.perf_counter()
+sys.stderr.write(f"bench-profile: imports {t1 - t0:.3f}\\n")
+sys.argv = ["fleet"] + sys.argv[2:]
+cProfile.run("main()", OUT)
+"""
+
+
+def profile_up(pb: Path, inv: Path, known: str, delay: float, work: Path) -> dict[str, Any]:
+    """One more ``fleet up`` under cProfile (main thread: load, plan, render and the waits of each
+    phase's fan-out), top launcher functions by cumulative time."""
+    import pstats
+
+    run_timed(fleet("down", str(pb), "-i", str(inv), "--known-hosts", known, "--quiet"), cwd=REPO)
+    out = work / "up.prof"
+    code = PROFILE_WRAPPER.replace("OUT", repr(str(out)))
+    argv = [sys.executable, "-c", code, "x", "up", str(pb), "-i", str(inv), "--known-hosts", known, "--quiet"]
+    t = run_timed(argv, cwd=REPO)
+    imports = next((float(line.split()[-1]) for line in t.stderr.splitlines() if line.startswith("bench-profile:")), None)
+    stats = pstats.Stats(str(out))
+    rows = []
+    for (path, line, fn), (_, _, tottime, cumtime, _) in stats.stats.items():  # type: ignore[attr-defined]
+        if "/launcher/" in path:
+            rel = path.split("/launcher/", 1)[1]
+            rows.append((round(cumtime, 3), round(tottime, 3), f"launcher/{rel}:{line} {fn}"))
+    rows.sort(reverse=True)
+    return {"wall_s": round(t.wall_s, 3), "delay_s": delay, "imports_s": imports, "rc": t.rc,
+            "top_cumulative": rows[:25]}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="fleet up overhead to all-healthy (sandbox, dockerd)")
     ap.add_argument("--runs", type=int, default=3)
@@ -115,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scenarios", default="pp2,pd")
     ap.add_argument("--name", default="bench")
     ap.add_argument("--host-bashrc", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="one more pp2 run under cProfile")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     require_root()
@@ -139,6 +173,10 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"  {scenario:<4} delay {delay:g}: wall {rec['wall_s']:.2f} s  overhead "
                               f"{rec['overhead_s']:.2f} s  cpu {rec['client_cpu_s']:.2f} s  load {rec['load1_before']}  {flag}",
                               file=sys.stderr)  # fmt: skip
+                    if args.profile and scenario == "pp2" and delay == delays[0]:
+                        doc["profile"] = profile_up(pb, inv, st.known_hosts, delay, work)  # type: ignore[attr-defined]
+                        for row in doc["profile"]["top_cumulative"][:15]:
+                            print(f"    profile: {row}", file=sys.stderr)
                     run_timed(fleet("down", str(pb), "-i", str(inv), "--known-hosts", st.known_hosts, "--quiet"),
                               cwd=REPO)  # type: ignore[attr-defined]  # fmt: skip
     doc["machine"]["loadavg_at_end"] = loadavg()
