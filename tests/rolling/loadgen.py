@@ -48,8 +48,10 @@ class LoadGen:
         model: str = "m",
     ) -> None:
         parts = urllib.parse.urlsplit(base_url)
-        assert parts.hostname in ("127.0.0.1", "localhost") or parts.hostname.startswith("198.18."), base_url
-        self.host, self.port = parts.hostname, parts.port or 80
+        host = parts.hostname or ""
+        # Only this machine's loopback or the sandbox's own addresses (198.18.0.0/15, made here).
+        assert host in ("127.0.0.1", "localhost") or host.startswith(("198.18.", "198.19.")), base_url
+        self.host, self.port = host, parts.port or 80
         self.workers = workers
         self.stream_every = stream_every
         self.stream_tokens = stream_tokens
