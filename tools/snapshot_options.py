@@ -281,35 +281,39 @@ def _mooncake_record() -> dict[str, Any]:
     out = subprocess.run(
         [str(_gflags_binary()), "--helpfull"], capture_output=True, text=True, timeout=60, check=False
     )
-    # An entry is "    -name (help...)" and, possibly lines later, "type: T default: D".
+    # "  Flags from <file>:" heads each section; an entry is "    -name (help...)" and,
+    # possibly lines later, "type: T default: D".
     text = re.sub(r"\n\s{6,}", " ", out.stdout + out.stderr)
-    found = re.findall(r"^    -(\w+) \(.*?\) type: (\w+) default:", text, flags=re.M | re.S)
-    if not found:
+    flags = []
+    for section in re.split(r"^  Flags from ", text, flags=re.M)[1:]:
+        source = Path(section.split(":", 1)[0]).name
+        for name, kind in re.findall(r"^    -(\w+) \(.*?\) type: (\w+) default:", section, re.M):
+            flags.append({"name": name, "type": kind, "defined_in": source})
+    if not flags:
         raise SystemExit(f"mooncake_master --helpfull listed no flags: {out.stderr[:300]}")
-    return {"flags": sorted(({"name": n, "type": t} for n, t in found), key=lambda f: f["name"])}
+    return {"flags": sorted(flags, key=lambda f: f["name"])}
 
 
-SENTINELS = ("--zz_fleet_sentinel_a", "--zz_fleet_sentinel_b")  # distinct: gflags dedups errors
+SENTINELS = ("--zz_fleet_sentinel_a", "--zz_fleet_sentinel_b")
 
 
 def _gflags_parse(argv: list[str]) -> tuple[bool, str]:
-    """Parse-only run of mooncake_master: two unknown sentinel flags make gflags exit 1 after
-    reporting every error, before the master starts.  Accepted = only the sentinels complain
-    (one sentinel eaten as a value means the last flag lacked its argument)."""
+    """Parse-only run of mooncake_master: unknown sentinel flags placed first make gflags exit 1
+    after reporting every error, before the master starts (first, so that no flag can take
+    them as its value and a `--` in argv cannot hide them).  Accepted = only they complain."""
     out = subprocess.run(
-        [str(_gflags_binary()), *argv, *SENTINELS],
+        [str(_gflags_binary()), *SENTINELS, *argv],
         capture_output=True, text=True, timeout=60, check=False,
     )
+    expected = {f"ERROR: unknown command line flag '{s[2:]}'" for s in SENTINELS}
     errors = [line for line in out.stderr.splitlines() if line.startswith("ERROR:")]
-    expected = [f"ERROR: unknown command line flag '{s[2:]}'" for s in SENTINELS]
-    own = [e for e in errors if e not in expected]
-    if any("zz_fleet_sentinel" in e for e in own) or len(errors) - len(own) != 2:
-        # A sentinel was taken as the last flag's value: alone, gflags would say this.
-        name = argv[-1].lstrip("-").split("=", 1)[0].replace("-", "_") if argv else ""
-        return False, f"ERROR: flag '{name}' is missing its argument"
-    if own:
-        return False, own[0]
-    return True, ""
+    if not expected <= set(errors):
+        if "Check failure" in out.stderr:  # the program's own validator aborted the parse
+            return False, "failed a flag validator: " + out.stderr.split("] ", 1)[-1].split("\n")[0]
+        return False, "exits at parse time (gflags help/version/completion flag); the program would not start"  # gflags' help/version flags print and exit first
+    # gflags lists errors by flag name, not argv order: give them all, one per line.
+    own = [e.split("; flag description:", 1)[0] for e in errors if e not in expected]
+    return not own, "\n".join(own)
 
 
 def snapshot(name: str) -> dict[str, Any]:

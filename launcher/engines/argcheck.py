@@ -59,6 +59,9 @@ _OPTIONAL, _ZERO_OR_MORE, _ONE_OR_MORE = "?", "*", "+"
 _REMAINDER, _PARSER, _SUPPRESS = "...", "A...", "==SUPPRESS=="
 _GFLAGS_TRUE = frozenset({"true", "t", "yes", "y", "1"})
 _GFLAGS_FALSE = frozenset({"false", "f", "no", "n", "0"})
+# gflags' own --help*/--version and tab-completion flags: they print and exit at parse time.
+_GFLAGS_EXITING = frozenset({"gflags_reporting.cc", "gflags_completions.cc"})
+_GFLAGS_EXIT = "exits at parse time (gflags help/version/completion flag); the program would not start"
 
 
 class SnapshotNotFound(LookupError):
@@ -76,7 +79,7 @@ class Option:
     strings: tuple[str, ...]  # option strings in registration order; () for a positional
     dest: str
     metavar: str | None
-    action: str
+    action: str  # argparse Action class name; gflags: the source file that defines the flag
     nargs: int | str | None
     choices: tuple[Any, ...] | None
     # argparse: str int float json int-si-iec (SGLang 4k/2Gi) int-kmgt[-auto] (vLLM 4k/2K) other;
@@ -165,7 +168,7 @@ def _load(engine: str, version: str, directory: str) -> Snapshot:
                 strings=("--" + f["name"],),
                 dest=f["name"],
                 metavar=None,
-                action="gflag",
+                action=f["defined_in"],
                 nargs=0 if f["type"] == "bool" else None,
                 choices=None,
                 type_kind=f["type"],
@@ -710,8 +713,10 @@ def _merge(into: dict[str, Any], update: dict[str, Any]) -> None:
 
 def _check_gflags(snapshot: Snapshot, args: tuple[str, ...]) -> tuple[str, ...]:
     """gflags ParseCommandLineFlags: exact names (``-`` read as ``_``), ``--name=v`` or
-    ``--name v``, ``--noBOOL``; arguments that are not flags are left to the program."""
-    problems: list[str] = []
+    ``--name v`` (the next argument, whatever it is), ``--noBOOL``; arguments that are not
+    flags are left to the program; ``--`` ends the flags.  gflags keeps one error per flag (the
+    last) and prints them ordered by flag name, so the order here is not gflags' order."""
+    problems: dict[str, str] = {}
     i = 0
     while i < len(args):
         arg = args[i]
@@ -719,7 +724,7 @@ def _check_gflags(snapshot: Snapshot, args: tuple[str, ...]) -> tuple[str, ...]:
         if arg == "--":
             break
         if not arg.startswith("-") or arg == "-":
-            continue  # gflags leaves non-flag arguments to the program
+            continue
         body = arg[2:] if arg.startswith("--") else arg[1:]
         name, _, value = body.partition("=")
         has_value = "=" in body
@@ -728,50 +733,62 @@ def _check_gflags(snapshot: Snapshot, args: tuple[str, ...]) -> tuple[str, ...]:
             negated = snapshot.by_string.get(name[2:].replace("-", "_"))
             if negated is not None:  # --noFLAG: false, whatever "=value" follows
                 if negated.type_kind != "bool":
-                    problems.append(
+                    problems[negated.dest] = (
                         f"ERROR: boolean value ({name}) specified for {negated.type_kind}"
                         " command line flag"
                     )
                 continue
         if flag is None:
-            problems.append(f"ERROR: unknown command line flag '{name}'")
+            problems[name] = f"ERROR: unknown command line flag '{name}'"
+            continue
+        if flag.action in _GFLAGS_EXITING:
+            problems[flag.dest] = _GFLAGS_EXIT
             continue
         if flag.type_kind == "bool":
             if has_value and value.lower() not in _GFLAGS_TRUE | _GFLAGS_FALSE:
-                problems.append(
+                problems[flag.dest] = (
                     f"ERROR: illegal value '{value}' specified for bool flag '{flag.dest}'"
                 )
             continue
         if not has_value:
             if i >= len(args):
-                problems.append(f"ERROR: flag '{flag.dest}' is missing its argument")
+                problems[flag.dest] = f"ERROR: flag '{arg}' is missing its argument"
                 continue
             value = args[i]
             i += 1
         if not _gflags_value_ok(flag.type_kind, value):
-            problems.append(
+            problems[flag.dest] = (
                 f"ERROR: illegal value '{value}' specified for {flag.type_kind} flag '{flag.dest}'"
             )
-    return tuple(problems)
+    return tuple(problems.values())
+
+
+_GFLAGS_INT = re.compile(r"\s*[+-]?[0-9]+|0[xX][0-9a-fA-F]+")  # strtol: leading blanks only
+_GFLAGS_UINT = re.compile(r" *\s*\+?[0-9]+|0[xX][0-9a-fA-F]+")
 
 
 def _gflags_value_ok(kind: str, value: str) -> bool:
+    """gflags' own value parsing (strtol/strtod must consume the whole value)."""
     if kind == "string":
         return True
     if kind == "double":
+        if value != value.rstrip() or "_" in value or not value:
+            return False
         try:
             float(value)
         except ValueError:
-            return False
+            try:
+                float.fromhex(value)
+            except ValueError:
+                return False
         return True
     bits = {"int32": 32, "int64": 64, "uint32": 32, "uint64": 64}.get(kind)
     if bits is None:
         return True
-    base = 16 if value.lower().startswith(("0x", "-0x")) else 10
-    try:
-        number = int(value, base)
-    except ValueError:
+    unsigned = kind.startswith("u")
+    if not (_GFLAGS_UINT if unsigned else _GFLAGS_INT).fullmatch(value):
         return False
-    if kind.startswith("u"):
-        return 0 <= number < 1 << bits and not value.startswith("-")
+    number = int(value, 16) if value[:2].lower() == "0x" else int(value)
+    if unsigned:
+        return 0 <= number < 1 << bits
     return -(1 << (bits - 1)) <= number < 1 << (bits - 1)

@@ -138,7 +138,12 @@ CASES: tuple[Case, ...] = (
     (MOONCAKE, ("--no-enable-ha",), ("ERROR: unknown command line flag 'no-enable-ha'",)),
     (MOONCAKE, ("--rpc-prt=1",), ("ERROR: unknown command line flag 'rpc-prt'",)),
     (MOONCAKE, ("--rpc_port=x",), ("ERROR: illegal value 'x' specified for int32 flag 'rpc_port'",)),
-    (MOONCAKE, ("--rpc_port",), ("ERROR: flag 'rpc_port' is missing its argument",)),
+    (MOONCAKE, ("--rpc_port",), ("ERROR: flag '--rpc_port' is missing its argument",)),
+    (MOONCAKE, ("--rpc_port=x", "--rpc_port=y"), (  # gflags keeps the last error per flag
+        "ERROR: illegal value 'y' specified for int32 flag 'rpc_port'",)),
+    (MOONCAKE, ("--", "--bogus"), ()),  # flags end at --
+    (MOONCAKE, ("--helpfull",), (
+        "exits at parse time (gflags help/version/completion flag); the program would not start",)),
     (MOONCAKE, ("--enable_ha=maybe",), (
         "ERROR: illegal value 'maybe' specified for bool flag 'enable_ha'",)),
     (MOONCAKE, ("--noport",), (
