@@ -23,7 +23,9 @@ from launcher.config.recipes import load_catalog
 from launcher.errors import UsageError
 from launcher.model import Playbook
 from launcher.output import dumps, print_table, table
-from launcher.rolling.roll import Action, RollOptions, RollReport, roll
+from launcher.deploy.orchestrate import Connect, Target
+from launcher.output import Progress
+from launcher.rolling.roll import Action, RollOptions, RollReport, roll, up_rolling
 from launcher.rolling.router_api import RouterClient
 
 
@@ -179,3 +181,35 @@ def rollback_command(playbook: str, inventory_path: str, **kw: object) -> None:
     """Return every group of PLAYBOOK to the generation kept in prev/ on its hosts, rolling
     (the generation replaced moves into prev/: rolling back twice goes forward again)."""
     _run("rollback", playbook, inventory_path, rolling=True, **kw)  # type: ignore[arg-type]
+
+
+def is_rolling(playbook_path: str, inventory_path: str) -> bool:
+    """Whether PLAYBOOK asks for ``rollout: {strategy: rolling}`` (for ``fleet up``)."""
+    inventory = load_inventory(inventory_path)
+    return load_playbook(Path(playbook_path), load_catalog(), inventory).rollout.strategy == "rolling"
+
+
+def run_rolling_up(
+    playbook_path: str,
+    inventory_path: str,
+    target: Target,
+    connect: Connect,
+    progress: Progress,
+    *,
+    forks: int,
+    timeout_s: float | None,
+    break_lock: bool,
+    as_json: bool,
+    router_urls: Sequence[str] = (),
+) -> int:
+    """``fleet up`` of a rolling playbook (see :func:`launcher.rolling.roll.up_rolling`): prints
+    the rollout report and returns the exit code."""
+    inventory = load_inventory(inventory_path)
+    playbook = load_playbook(Path(playbook_path), load_catalog(), inventory)
+    options = rolling_options(
+        playbook, rolling=True, max_unavailable=None, drain_timeout_s=None, forks=forks, timeout_s=timeout_s,
+        break_lock=break_lock,
+    )  # fmt: skip
+    report = up_rolling(target, connect, _routers(router_urls), options, progress)
+    print_roll_report(report, as_json)
+    return int(report.exit_code)

@@ -18,7 +18,7 @@ happened to every group; errors are one line each.  HTTP to engines goes from th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Literal, Mapping, Sequence
 
 from launcher.deploy import lock, orchestrate
@@ -472,3 +472,51 @@ def _drain_text(d: Drained | None) -> str:
     if d.how == "timeout":
         return f"timeout ({d.left} left)"
     return f"{d.how} {d.waited_s:.1f}s"
+
+
+def up_rolling(
+    target: Target,
+    connect: Connect,
+    routers: Sequence[RouterClient],
+    options: RollOptions,
+    progress: Progress = QuietProgress(),
+) -> RollReport:
+    """``fleet up`` for a playbook with ``rollout: {strategy: rolling}``: only the groups whose
+    files changed (or that are not running) restart, batch by batch as in :func:`roll`; changed
+    router / Mooncake / gateway groups restart after the engines.  A deployment with nothing
+    running yet comes up at once (there is nothing to keep serving).  A PD deployment with a
+    change is refused: it rolls by cohort switch (``fleet restart --surge``)."""
+    with Session(target.hosts, connect, options.forks) as session:
+        session.require_all()
+        hosts = sorted({h.name for h in target.hosts})
+        surveys = orchestrate._survey_all(target, session, hosts)
+    decision = orchestrate.decide(target.units, surveys)
+    if all(g.action == "start" for g in decision.groups):
+        plain = orchestrate.up(target, connect, Options(forks=options.forks, timeout_s=options.timeout_s,
+                                                        break_lock=options.break_lock), progress)  # fmt: skip
+        rows = []
+        for name, units in _by_restart_group(target).items():
+            outs = {u.outcome for u in plain.units if any(u.unit == d.name and u.host == d.host for d in units)}
+            gens = [u.generation for u in plain.units if any(u.unit == d.name and u.host == d.host for d in units)]
+            rows.append(GroupReport(group=name, batch=1, outcome="restarted" if outs <= {"healthy"} else "failed",
+                                    hosts=tuple(dict.fromkeys(d.host for d in units)),
+                                    generation_after=gens[0] if gens else None, detail="new"))  # fmt: skip
+        return RollReport(deployment=target.deployment, action="restart", batches=(tuple(r.group for r in rows),),
+                          groups=tuple(rows), notes=("nothing was running: brought up at once",),
+                          errors=plain.errors)  # fmt: skip
+    if any(d.unit.role in ("prefill", "decode") for d in target.units) and decision.changing:
+        raise UsageError(
+            f"PD deployment {target.deployment} changed: a rolling update moves it by cohort switch: "
+            f"fleet restart PLAYBOOK -i INVENTORY --surge PATTERN --router FRONT_URL"
+        )
+    return roll(target, connect, routers, replace(options, only_changed=True), progress)
+
+
+def _by_restart_group(target: Target) -> dict[str, tuple[Desired, ...]]:
+    from launcher.rolling.batches import restart_groups
+
+    keys = {u.name: g.name for g in restart_groups([d.unit for d in target.units]) for u in g.units}
+    out: dict[str, list[Desired]] = {}
+    for d in target.units:
+        out.setdefault(keys[d.name], []).append(d)
+    return {k: tuple(v) for k, v in out.items()}
