@@ -672,11 +672,17 @@ def _accelerator_checks(h: str, recipe: Recipe, hf: HostFacts, need: int) -> lis
                       f"{len(hf.gpus)} GPUs found, units use indices up to {need - 1}",
                       "fix gpu_count in the inventory or the placement"))
     want = recipe.hardware.min_gpu_memory_gib
+    weights = recipe.measured.weights_gib_per_card
     known = [g.memory_mib for g in hf.gpus if g.memory_mib]
     if want is not None and known:
         have = min(known) // 1024
         out.append(_check(h, "", "gpu-memory", have >= want, f"{have} GiB per GPU",
                           f"{have} GiB per GPU, recipe needs {want} GiB",
+                          "place the recipe on hosts with larger GPUs"))
+    elif weights is not None and known:
+        have_gib = min(known) / 1024
+        out.append(_check(h, "", "gpu-memory", have_gib > weights, f"{have_gib:.0f} GiB per GPU",
+                          f"{have_gib:.0f} GiB per GPU cannot hold the recipe's {weights:g} GiB of weights per card",
                           "place the recipe on hosts with larger GPUs"))
     mig = sorted(i for i in hf.mig_enabled if i < need)
     if mig:

@@ -388,3 +388,13 @@ def test_network_env_and_parse_size() -> None:
     plan, _, _ = setup()
     assert preflight.network_env(plan.units[1]) == {"NCCL_IB_GID_INDEX": "5", "NCCL_SOCKET_IFNAME": "=ens1f0"}
     assert [preflight.parse_size(s) for s in ("32g", "512m", "1gb", "2", "x")] == [32 * 1024**3, 512 * 1024**2, 1024**3, 2, None]
+
+
+def test_measured_weights_per_card_must_fit() -> None:
+    from launcher.model import Measured
+
+    recipe = dataclasses.replace(RECIPE, measured=Measured(weights_gib_per_card=90.0))
+    plan, inv, facts = setup(recipe=recipe)
+    assert fails(preflight.evaluate(plan, inv, recipe, facts)) == [
+        f"fail: {h}: gpu-memory: 82 GiB per GPU cannot hold the recipe's 90 GiB of weights per card (fix: place the "
+        "recipe on hosts with larger GPUs)" for h in ("gpu-01", "gpu-02")]
