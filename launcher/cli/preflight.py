@@ -220,6 +220,12 @@ def preflight_command(playbook: str, inventory_path: str, known_hosts: tuple[str
     Hosts need sh, ss, du, find, docker (container units) and python3 (standard library only,
     for the reachability probes: a short-lived listener on rank 0's data IP, connects from the
     other ranks' data IPs).
+
+    /dev/infiniband is checked with a real `docker run --rm --entrypoint ls` of the unit's image
+    and its rendered --device/--cap-add/--ulimit flags (nothing is pulled).  Not visible: a
+    failure when the plan renders --device /dev/infiniband; a warning when the playbook drops
+    --device (overrides.drop_docker_flags, as the sandbox playbooks do), since RDMA is then off
+    by choice and NCCL/Mooncake run over TCP.
     """
     with _execute_log_to_stderr(), _connector(known_hosts, trust_new_hosts) as connector:
         report = run_preflight_paths(playbook, inventory_path, connector, forks=forks,
