@@ -10,9 +10,10 @@ specific, everything else in the range is refused, and hosts have no default rou
 packet can leave the machine.
 
 Each host runs, in its own mount+UTS namespace (``hostinit.py``): its hostname, its own /srv,
-/run and cgroup mounts, fake hardware tools and sysfs (``fakehw``), an OpenSSH sshd (own
-ed25519 host key, key-only auth) and a dockerd+containerd (data-root seeded from the image
-template, socket ``<hostdir>/run/docker.sock``, ``/var/run/docker.sock`` on the host itself).
+/run, /etc/fleet, /var/lib/fleet and cgroup mounts, fake hardware tools and sysfs (``fakehw``),
+an OpenSSH sshd (own ed25519 host key, key-only auth) and a dockerd+containerd (data-root seeded
+from the image template, socket ``<hostdir>/run/docker.sock``, ``/var/run/docker.sock`` on the
+host itself).
 ``--network host`` containers on hK live in hK's network.  When ``ip netns add`` is refused the
 hosts fall back to sshd on 127.0.0.1:22001.. (``loopback`` mode; no network faults there).
 

@@ -4,7 +4,9 @@ under ``[ip netns exec NS] unshare --mount --uts``.  Stdlib only; mounts via lib
 not one ``mount`` exec per bind: a host needs about a hundred of them).
 
 In the host's mount namespace it sets up:
-- hostname NAME; ``/srv`` and ``/run`` bound to ``HOSTDIR/srv`` and ``HOSTDIR/run``;
+- hostname NAME; ``/srv`` and ``/run`` bound to ``HOSTDIR/srv`` and ``HOSTDIR/run``; fleet's own
+  state dirs ``/etc/fleet`` and ``/var/lib/fleet`` bound to ``HOSTDIR/etc-fleet`` and
+  ``HOSTDIR/var-lib-fleet`` (each host has its own deployments, as separate machines would);
 - the cgroup v1 hierarchies again (``ip netns exec`` mounts a fresh /sys that hides them, and
   dockerd refuses to start without the devices cgroup);
 - ``HOSTDIR/fakehw/bin`` over ``/usr/local/sbin`` (first on root's PATH: fake nvidia-smi,
@@ -29,6 +31,7 @@ MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
 MNT_DETACH = 2
+PRIVATE_DIRS = (("/etc/fleet", "etc-fleet"), ("/var/lib/fleet", "var-lib-fleet"))
 CGROUPS = ("cpu", "cpuacct", "cpuset", "memory", "devices", "freezer", "blkio", "pids")
 
 
@@ -75,6 +78,9 @@ def main(name: str, hostdir: str) -> None:
     socket.sethostname(name)
     bind(f"{hostdir}/srv", "/srv")
     bind(f"{hostdir}/run", "/run")
+    for target, own in PRIVATE_DIRS:
+        os.makedirs(target, exist_ok=True)  # an empty mount point on the shared filesystem
+        bind(f"{hostdir}/{own}", target)
     if not os.path.ismount("/sys/fs/cgroup/devices"):
         mount("cgroup", "/sys/fs/cgroup", "tmpfs", 0, "mode=755")
         for c in CGROUPS:

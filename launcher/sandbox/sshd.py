@@ -68,7 +68,7 @@ def hostinit_script(dest: Path) -> Path:
 
 def start(host: HostState, script: Path) -> procs.ProcRef:
     d = Path(host.dir)
-    for sub in ("srv", "run/sshd", "fakehw/bin"):
+    for sub in ("srv", "run/sshd", "fakehw/bin", "etc-fleet", "var-lib-fleet"):
         (d / sub).mkdir(parents=True, exist_ok=True)
     argv: tuple[str, ...] = (
         "unshare", "--mount", "--uts", sys.executable, "-I", str(script), host.name, host.dir,
