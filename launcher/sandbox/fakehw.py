@@ -7,7 +7,10 @@ fleets have (hosts are 1-based):
 - h3: its NIC is ``ens1f0``, not ``veth0``;
 - h4: the HCA is missing (no mlx5 device, no /sys/class/infiniband, no /dev/infiniband), while
   the inventory still declares ``mlx5_0`` as a real host's stale vars would;
-- h5: an Ascend host, 8x 910B3 (``npu-smi info``; no nvidia-smi, no mlx5).
+- h5: an Ascend host, 8x 910B3 (``npu-smi info``; no nvidia-smi, no mlx5);
+- h9 and above: 8x RTX PRO 6000D (~84 GiB, PCIe only, driver 575), RoCE HCA ``mlx5_0``, GID
+  index 3 -- the hardware of the catalog's multi-node PP and PD recipes (a 15-host sandbox has
+  h9..h15: six hosts for a 2P1D PD deployment of two-node instances, one for its router).
 
 Materialised per host under ``<hostdir>/fakehw``: ``bin/`` (wrappers bound over
 /usr/local/sbin by hostinit), ``spec.json``, ``sys/class/infiniband/<dev>/ports/1/{gids,
@@ -67,8 +70,17 @@ def ifname_for(index: int) -> str:
     return "ens1f0" if index == 3 else "veth0"
 
 
+FIRST_RTX6000D = 9  # hosts h9.. are RTX-6000D hosts
+
+
 def profile(index: int, data_ip: str) -> Profile:
     host = f"h{index}"
+    if index >= FIRST_RTX6000D:
+        return Profile(
+            host=host, ifname=ifname_for(index), data_ip=data_ip, gpu_model="RTX-6000D",
+            gpu_count=8, gpu_memory_gib=84, fabric="roce", hcas_declared=("mlx5_0",),
+            hcas_present=("mlx5_0",), gid_index=3,
+        )  # fmt: skip
     if index == 5:
         return Profile(
             host=host, ifname=ifname_for(index), data_ip=data_ip, gpu_model="Ascend-910B3",
@@ -101,18 +113,51 @@ def _gids(p: Profile, index: int) -> list[tuple[int, str, str, str, str]]:
     return rows
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Card:
+    """What nvidia-smi reports for one SKU (the captured table/topo files match these)."""
+
+    name: str
+    memory_mib: int
+    driver: str
+    compute_cap: str
+    power_limit: str
+    power_draw: str
+    temperature: int
+    buses: tuple[str, ...]
+    table: str
+    topo: str
+
+
+_CARDS: dict[str, _Card] = {
+    "H100": _Card(
+        name="NVIDIA H100 80GB HBM3", memory_mib=81559, driver="550.54.15", compute_cap="9.0",
+        power_limit="700.00", power_draw="71.00", temperature=31,
+        buses=("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"),
+        table="nvidia-smi-h100x8.txt", topo="nvidia-smi-topo-h100x8.txt",
+    ),
+    "RTX-6000D": _Card(
+        name="NVIDIA RTX PRO 6000D", memory_mib=86016, driver="575.57.08", compute_cap="12.0",
+        power_limit="600.00", power_draw="38.00", temperature=33,
+        buses=("16", "38", "49", "5A", "98", "B8", "C8", "D8"),
+        table="nvidia-smi-6000dx8.txt", topo="nvidia-smi-topo-6000dx8.txt",
+    ),
+}  # fmt: skip
+
+
 def spec(p: Profile, index: int) -> dict[str, Any]:
     gpus = []
-    if p.gpu_model == "H100":
-        buses = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
+    card = _CARDS.get(p.gpu_model, _CARDS["H100"])
+    if p.gpu_model in _CARDS:
         for i in range(p.gpu_count):
             gpus.append({
-                "index": i, "name": "NVIDIA H100 80GB HBM3", "memory.total": 81559,
-                "memory.used": 1, "memory.free": 81558, "driver_version": "550.54.15",
-                "pci.bus_id": f"00000000:{buses[i]}:00.0",
+                "index": i, "name": card.name, "memory.total": card.memory_mib,
+                "memory.used": 1, "memory.free": card.memory_mib - 1,
+                "driver_version": card.driver, "pci.bus_id": f"00000000:{card.buses[i]}:00.0",
                 "uuid": f"GPU-5a1d{index:04x}-0000-4000-8000-{i:012x}",
-                "utilization.gpu": 0, "temperature.gpu": 31, "compute_cap": "9.0",
-                "power.limit": "700.00", "power.draw": "71.00", "serial": f"165232{index:04d}{i}",
+                "utilization.gpu": 0, "temperature.gpu": card.temperature,
+                "compute_cap": card.compute_cap, "power.limit": card.power_limit,
+                "power.draw": card.power_draw, "serial": f"165232{index:04d}{i}",
                 "persistence_mode": "Enabled", "count": p.gpu_count,
             })  # fmt: skip
     hcas = [
@@ -120,9 +165,8 @@ def spec(p: Profile, index: int) -> dict[str, Any]:
          "gids": _gids(p, index)}
         for n, name in enumerate(p.hcas_present)
     ]  # fmt: skip
-    return {"host": p.host, "gpus": gpus, "table": "nvidia-smi-h100x8.txt",
-            "topo": "nvidia-smi-topo-h100x8.txt", "npu": "npu-smi-info-910b3x8.txt",
-            "hcas": hcas}  # fmt: skip
+    return {"host": p.host, "gpus": gpus, "table": card.table, "topo": card.topo,
+            "npu": "npu-smi-info-910b3x8.txt", "hcas": hcas}  # fmt: skip
 
 
 def install_tools(sandbox_dir: Path) -> Path:

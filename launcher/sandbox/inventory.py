@@ -1,4 +1,9 @@
-"""The generated Ansible-readable inventory of a sandbox (YAML)."""
+"""The generated Ansible-readable inventory of a sandbox (YAML).
+
+Groups: ``sandbox`` (every host, with its vars), ``nvidia`` / ``ascend`` by vendor, and one group
+per GPU SKU so playbooks can target hardware the way production inventories do: ``h100``
+(h1..h8 except h5), ``rtx6000d`` (h9 and above), ``ascend910b3`` (h5).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,9 @@ from typing import Any
 
 import yaml
 
-from launcher.sandbox.fakehw import profile
+from launcher.sandbox.fakehw import ifname_for, profile
+
+SKU_GROUPS = {"H100": "h100", "RTX-6000D": "rtx6000d", "Ascend-910B3": "ascend910b3"}
 from launcher.sandbox.state import SandboxState
 
 
@@ -15,6 +22,7 @@ def render(state: SandboxState) -> str:
     hosts: dict[str, Any] = {}
     nvidia: dict[str, Any] = {}
     ascend: dict[str, Any] = {}
+    by_sku: dict[str, dict[str, Any]] = {group: {} for group in SKU_GROUPS.values()}
     for h in state.hosts:
         p = profile(h.index, h.data_ip)
         entry: dict[str, Any] = {"ansible_host": h.address}
@@ -23,6 +31,7 @@ def render(state: SandboxState) -> str:
         entry.update(p.inventory_vars())
         hosts[h.name] = entry
         (ascend if p.gpu_model.startswith("Ascend") else nvidia)[h.name] = {}
+        by_sku[SKU_GROUPS[p.gpu_model]][h.name] = {}
     doc = {
         "all": {
             "vars": {
@@ -39,6 +48,7 @@ def render(state: SandboxState) -> str:
                 "sandbox": {"hosts": hosts},
                 "nvidia": {"hosts": nvidia},
                 "ascend": {"hosts": ascend},
+                **{group: {"hosts": members} for group, members in by_sku.items()},
             },
         }
     }
@@ -49,3 +59,19 @@ def render(state: SandboxState) -> str:
 def write(state: SandboxState, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render(state))
+
+
+def preview(n: int, name: str = "preview") -> str:
+    """The inventory ``fleet sandbox up -n N`` would write in netns slot 0 (hosts at
+    198.18.0.11..), for planning sandbox playbooks without a sandbox (golden tests)."""
+    from launcher.sandbox.netns import Slot
+    from launcher.sandbox.state import HostState
+
+    slot = Slot(index=0)
+    base = f"/var/lib/fleet-sandbox/{name}"
+    hosts = tuple(
+        HostState(name=f"h{i}", index=i, dir=f"{base}/h{i}", netns=None, address=slot.host_address(i),
+                  port=22, ifname=ifname_for(i), data_ip=slot.host_address(i))  # fmt: skip
+        for i in range(1, n + 1)
+    )
+    return render(SandboxState(name=name, mode="netns", dir=base, slot=0, hosts=hosts))

@@ -2,8 +2,9 @@
 playbook under playbooks/.  ``UPDATE_GOLDEN=1 pytest tests/plan`` rewrites them; review the diff.
 
 A playbook is planned against inventories/example.yaml, except playbooks/sandbox/*.yaml: the
-sandbox writes its inventory at ``fleet sandbox up``, so the harness builds the same hosts from
-the sandbox's fake-hardware profiles (h1..h8, addresses 198.18.0.11..18 -- never contacted).
+sandbox writes its inventory at ``fleet sandbox up``, so the harness plans them on the inventory
+a 15-host sandbox would write (h1..h15 with their fake-hardware profiles and the sandbox's SKU
+groups, addresses 198.18.0.11..25 -- never contacted).
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from launcher.model import Group, Host, HostSpec, Inventory, Plan
-from launcher.sandbox.fakehw import profile
+from launcher.model import Inventory, Plan
 from launcher.plan import plan, to_jsonable
 from tests.plan.test_catalog import ROOT, auto_plan, inputs, recipe_ids
 
 GOLDEN = ROOT / "tests" / "golden" / "plan"
+SANDBOX_HOSTS = 15
 
 
 def render(p: Plan) -> str:
@@ -36,15 +37,16 @@ def compare(name: str, text: str) -> None:
 
 
 def sandbox_inventory() -> Inventory:
-    hosts = []
-    for i in range(1, 9):
-        p = profile(i, f"198.18.0.{10 + i}")
-        hosts.append(Host(name=p.host, address=p.data_ip, user="root", groups=("sandbox",), spec=HostSpec(**p.inventory_vars())))
-    names = tuple(h.name for h in hosts)
-    return Inventory(
-        path="<sandbox>", hosts=tuple(hosts), groups={"all": Group(name="all", hosts=names, children=("sandbox",)),
-                                                      "sandbox": Group(name="sandbox", hosts=names, children=())},
-    )
+    """The inventory a 15-host ``fleet sandbox up`` writes (slot 0), loaded like any other."""
+    import tempfile
+
+    from launcher.config.inventory import load_inventory
+    from launcher.sandbox.inventory import preview
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "sandbox.yaml"
+        path.write_text(preview(SANDBOX_HOSTS))
+        return load_inventory(path)
 
 
 def playbook_paths() -> list[Path]:
