@@ -17,9 +17,11 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, TypeVar
@@ -62,22 +64,33 @@ def up(
     base = state.state_root() / name
     shutil.rmtree(base, ignore_errors=True)
     base.mkdir(parents=True)
-    template = image.ensure_template() if docker else None
-    st = SandboxState(name=name, mode="netns", dir=str(base), image_tags=(image.IMAGE, *tags))
-    try:
-        st = _network(st, mode)
-        st = _hosts(st, n)
-        st = _start_sshds(st)
-        if template is not None:
-            st = _start_dockerds(st, template)
-        Path(st.known_hosts).write_text("".join(sshd.known_hosts_line(h) + "\n" for h in st.hosts))
-        st = replace(st, inventory=str(inventory_path or base / "inventory.yaml"))
-        inventory.write(st, Path(st.inventory))
-        state.save(st)
-        return st
-    except BaseException:
-        down(name)
-        raise
+    with ExitStack() as stack:
+        # Held (shared lock) until every data-root is seeded: no concurrent build prunes it.
+        template = stack.enter_context(image.template()) if docker else None
+        st = SandboxState(name=name, mode="netns", dir=str(base), image_tags=(image.IMAGE, *tags))
+        try:
+            st = _network(st, mode)
+            st = _hosts(st, n)
+            st = _start_sshds(st)
+            if template is not None:
+                st = _start_dockerds(st, template)
+            Path(st.known_hosts).write_text("".join(sshd.known_hosts_line(h) + "\n" for h in st.hosts))
+            st = replace(st, inventory=str(inventory_path or base / "inventory.yaml"))
+            inventory.write(st, Path(st.inventory))
+            state.save(st)
+            return st
+        except BaseException as err:
+            down(name)
+            if isinstance(err, (OSError, subprocess.CalledProcessError)):
+                raise FleetError(f"sandbox {name}: {_one_line(err)}") from err
+            raise
+
+
+def _one_line(err: BaseException) -> str:
+    if isinstance(err, subprocess.CalledProcessError):
+        cmd = err.cmd if isinstance(err.cmd, str) else " ".join(map(str, err.cmd))
+        return f"`{cmd[:120]}` exited {err.returncode}"
+    return str(err).splitlines()[0] if str(err) else type(err).__name__
 
 
 def _network(st: SandboxState, mode: ModeWanted) -> SandboxState:
