@@ -1,7 +1,11 @@
 """Shared fixtures.  ``sandbox_fleet``: one sandbox fleet per test session, brought up on first
 use and torn down at session end (also after failures).
 
-Settings (env): FLEET_SANDBOX_HOSTS (8), FLEET_SANDBOX_NAME (``pt<pid>``: concurrent pytest
+Size: the largest ``SANDBOX_HOSTS`` any collected test module declares (at least 8), so one
+sandbox serves the whole session -- a module that needs the RTX-6000D hosts h9..h15 says
+``SANDBOX_HOSTS = 15`` and every sandbox test of the session shares those 15 hosts.
+
+Settings (env): FLEET_SANDBOX_HOSTS (overrides the size), FLEET_SANDBOX_NAME (``pt<pid>``: concurrent pytest
 sessions on one machine must not share -- and tear down -- each other's fleet; fleets of dead
 sessions are removed first), FLEET_SANDBOX_DOCKER
 (1; 0 = hosts without dockerd).  The fixture skips, printing why, where the sandbox cannot run
@@ -39,11 +43,19 @@ def _remove_orphans(fleet: Any) -> None:
             fleet.down(old)
 
 
+DEFAULT_SANDBOX_HOSTS = 8
+
+
+def sandbox_size(session: pytest.Session) -> int:
+    wanted = [getattr(getattr(item, "module", None), "SANDBOX_HOSTS", 0) for item in session.items]
+    return int(os.environ.get("FLEET_SANDBOX_HOSTS") or max([DEFAULT_SANDBOX_HOSTS, *wanted]))
+
+
 @pytest.fixture(scope="session")
-def sandbox_fleet() -> Iterator[Sandbox]:
+def sandbox_fleet(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
     from launcher.sandbox import fleet
 
-    n = int(os.environ.get("FLEET_SANDBOX_HOSTS", "8"))
+    n = sandbox_size(request.session)
     name = os.environ.get("FLEET_SANDBOX_NAME") or f"pt{os.getpid()}"
     docker = os.environ.get("FLEET_SANDBOX_DOCKER", "1") != "0"
     reason = _missing_prereq(docker)

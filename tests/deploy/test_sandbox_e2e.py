@@ -1,15 +1,28 @@
 """``fleet up/status/logs/down`` end to end on the sandbox fleet (real sshd, real dockerd, the
-engine stand-in), through the real CLI in a subprocess.  One fleet per session (conftest)."""
+engine stand-in, the real sglang-router inside the image), through the real CLI in a subprocess.
+
+One 15-host sandbox serves the session (``SANDBOX_HOSTS``; conftest): h1 single node, h6:h7 two-node
+PP (H100), h9..h12 four-node PP (RTX-6000D), and the 2P1D PD deployment on h9..h14 with its router
+on h15.  Every deployment goes through the same lifecycle: ``up`` -> a real request (PD: through
+the router, served by a prefill AND the decode) -> ``status`` all running/healthy -> a second
+``up`` changes nothing -> ``--check --diff`` of an override shows the diff and changes nothing ->
+(PP2: the override applied restarts the group, whole) -> ``down`` leaves no
+unit and no unit file but ``prev/``.  The PD run carries a secret, which must show up in no argv, no
+log and no world-readable file on any host.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import time
-from dataclasses import replace
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
@@ -17,9 +30,12 @@ from launcher.sandbox import dockerd, procs, state
 from launcher.sandbox.client import Sandbox
 
 pytestmark = pytest.mark.sandbox
+SANDBOX_HOSTS = 15  # the session's sandbox (tests/conftest.py) has the RTX-6000D hosts h9..h15
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOKS = REPO / "playbooks" / "sandbox"
+TOKEN = "hf_sandboxSECRET0123456789"
+OVERRIDE = '  engine_args: [--max-running-requests, "16"]\n'
 
 
 def fleet(sb: Sandbox, *args: str, env: dict[str, str] | None = None, known: bool = True) -> subprocess.CompletedProcess[str]:
@@ -48,19 +64,40 @@ def up_json(sb: Sandbox, playbook: Path, *extra: str, env: dict[str, str] | None
     return doc
 
 
-def generate(sb: Sandbox, host: str, url: str) -> dict[str, Any]:
-    """POST /generate from the serving host itself (its data IP is only reachable in-fleet)."""
-    body = json.dumps({"text": "hello", "sampling_params": {"max_new_tokens": 4}})
-    res = sb.ssh(host, f"curl -fsS -m 20 -H 'Content-Type: application/json' -d '{body}' {url}/generate")
-    assert res.rc == 0, res.err
-    answer: dict[str, Any] = json.loads(res.out)
+def post(url: str, body: dict[str, Any], timeout: float = 30.0) -> dict[str, Any]:
+    """A request from the control node, as a user would send it (sandbox addresses are routed)."""
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            answer: dict[str, Any] = json.loads(r.read())
+    except urllib.error.HTTPError as err:
+        raise AssertionError(f"{url}: HTTP {err.code}: {err.read()[:300]!r}") from None
     return answer
 
 
-def started_at(sb: Sandbox, host: str, name: str) -> str:
-    res = sb.ssh(host, f"docker inspect -f '{{{{.State.StartedAt}}}}' {name}")
-    assert res.rc == 0, res.err
-    return res.out.strip()
+def containers(sb: Sandbox, hosts: tuple[str, ...], deployment: str) -> dict[tuple[str, str], str]:
+    """(host, container) -> StartedAt of every container of ``deployment`` on ``hosts``."""
+    found = {}
+    for h in hosts:
+        res = sb.ssh(h, f"ids=$(docker ps -aq --filter label=fleet.deployment={deployment}); "
+                        "[ -z \"$ids\" ] || docker inspect -f '{{.Name}} {{.State.StartedAt}}' $ids")  # fmt: skip
+        assert res.rc == 0, res.err
+        for line in res.out.split("\n"):
+            if line.strip():
+                name, when = line.split()
+                found[(h, name.lstrip("/"))] = when
+    return found
+
+
+def unit_files(sb: Sandbox, hosts: tuple[str, ...], deployment: str) -> dict[str, str]:
+    """host:path -> sha256 of every file under /etc/fleet/<deployment> on ``hosts``."""
+    out = {}
+    for h in hosts:
+        res = sb.ssh(h, f"cd /etc/fleet/{deployment} 2>/dev/null && find . -type f -exec sha256sum {{}} + ; true")
+        for line in res.out.splitlines():
+            digest, path = line.split(maxsplit=1)
+            out[f"{h}:{path}"] = digest
+    return out
 
 
 def with_overrides(src: Path, dest: Path, extra: str) -> Path:
@@ -68,87 +105,234 @@ def with_overrides(src: Path, dest: Path, extra: str) -> Path:
     return dest
 
 
-def test_single_node_lifecycle(sandbox_fleet: Sandbox, tmp_path: Path) -> None:
+def events(sb: Sandbox, host: str, container: str) -> list[dict[str, Any]]:
+    res = sb.ssh(host, f"docker logs {container} 2>/dev/null")
+    return [json.loads(line) for line in res.out.splitlines() if line.startswith("{")]
+
+
+def need_netns(sb: Sandbox) -> None:
+    if sb.state.mode != "netns":
+        pytest.skip("multi-host deployments need a netns sandbox (loopback hosts share one IP and its ports)")
+
+
+# ---------------------------------------------------------------------------------------------
+# the lifecycle, per deployment
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    playbook: str
+    deployment: str
+    units: tuple[tuple[str, str], ...]  # (host, unit) in plan order
+    serving: tuple[str, str]  # (host, unit) answering requests: rank 0 or the router
+    port: int
+    apply_override: bool = False  # also apply the override for real (group restarts)
+    secret: bool = False  # deploy with HF_TOKEN and check it leaks nowhere
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return tuple(sorted({h for h, _ in self.units}, key=lambda h: int(h[1:])))
+
+
+def _ranks(deployment: str, group: str, hosts: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    return tuple((h, f"fleet-{deployment}-{group}-r{i}") for i, h in enumerate(hosts))
+
+
+PD_UNITS = (
+    *_ranks("sb-pd", "decode0", ("h13", "h14")),
+    *_ranks("sb-pd", "prefill0", ("h9", "h10")),
+    *_ranks("sb-pd", "prefill1", ("h11", "h12")),
+    ("h15", "fleet-sb-pd-router-r0"),
+)
+CASES = {
+    "single": Case("single.yaml", "sb-single", _ranks("sb-single", "single0", ("h1",)),
+                   ("h1", "fleet-sb-single-single0-r0"), 30000),
+    "pp2": Case("pp2.yaml", "sb-pp2", _ranks("sb-pp2", "rank0", ("h6", "h7")),
+                ("h6", "fleet-sb-pp2-rank0-r0"), 30000, apply_override=True),
+    "pp4": Case("pp4.yaml", "sb-pp4", _ranks("sb-pp4", "rank0", ("h9", "h10", "h11", "h12")),
+                ("h9", "fleet-sb-pp4-rank0-r0"), 30000),
+    "pd": Case("pd-2p1d.yaml", "sb-pd", PD_UNITS, ("h15", "fleet-sb-pd-router-r0"), 8000, secret=True),
+}  # fmt: skip
+
+
+@pytest.fixture
+def deployed(sandbox_fleet: Sandbox, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Case, Path, dict[str, str]]]:
+    """The case's playbook (PD: with an HF_TOKEN secret from the env) and the env for ``up``;
+    if the test fails before its own ``down``, the deployment is taken down afterwards, so later
+    tests find free hosts."""
+    need_netns(sandbox_fleet)
+    case: Case = CASES[request.param]
+    pb = PLAYBOOKS / case.playbook
+    env: dict[str, str] = {}
+    if case.secret:
+        pb = tmp_path / case.playbook
+        pb.write_text((PLAYBOOKS / case.playbook).read_text() + "secrets:\n  - name: HF_TOKEN\n    from_env: FLEET_TEST_HF_TOKEN\n")
+        env = {"FLEET_TEST_HF_TOKEN": TOKEN}
+    yield case, pb, env
+    if containers(sandbox_fleet, case.hosts, case.deployment):
+        fleet(sandbox_fleet, "down", str(pb), "-q", "--break-lock")
+
+
+@pytest.mark.parametrize("deployed", list(CASES), indirect=True)
+def test_lifecycle(sandbox_fleet: Sandbox, deployed: tuple[Case, Path, dict[str, str]], tmp_path: Path) -> None:
     sb = sandbox_fleet
-    pb = PLAYBOOKS / "single.yaml"
-    unit = "fleet-sb-single-single0-r0"
-    first = up_json(sb, pb)
-    assert [(u["unit"], u["outcome"]) for u in first["units"]] == [(unit, "healthy")]
-    gen = first["units"][0]["generation"]
+    case, pb, env = deployed
+    names = [u for _, u in case.units]
+
+    t0 = time.monotonic()
+    first = up_json(sb, pb, env=env)
+    assert [(u["host"], u["unit"], u["action"], u["outcome"]) for u in first["units"]] == [
+        (h, u, "start", "healthy") for h, u in case.units
+    ], first
+    gen = {u["unit"]: u["generation"] for u in first["units"]}
+    t_up = time.monotonic() - t0
+
+    ask(sb, case)
+
     rows = status(sb, pb)
-    assert [(r["host"], r["state"], r["health"], r["generation"], r["drift"]) for r in rows] == [
-        ("h1", "running", "ok", gen, "none")
-    ]
-    answer = generate(sb, "h1", "http://127.0.0.1:30000")
-    assert answer["fleet_standin"]["host"] == "h1" and answer["text"]
+    assert sorted((r["host"], r["unit"]) for r in rows) == sorted(case.units)
+    assert {r["unit"]: (r["state"], r["drift"], r["generation"]) for r in rows} == {
+        u: ("running", "none", gen[u]) for u in names
+    }
+    healthy = {r["unit"] for r in rows if r["health"] == "ok"}
+    assert case.serving[1] in healthy and all(r["health"] in ("ok", "-") for r in rows), rows
+    assert all(r["unit"] in healthy for r in rows if r["rank"] == 0), "every rank 0 and the router answer"
 
-    before = started_at(sb, "h1", unit)
-    again = up_json(sb, pb)
-    assert [(u["action"], u["outcome"]) for u in again["units"]] == [("unchanged", "unchanged")]
-    assert started_at(sb, "h1", unit) == before
+    before = containers(sb, case.hosts, case.deployment)
+    assert sorted(before) == sorted(case.units)
+    again = up_json(sb, pb, env=env)
+    assert {(u["unit"], u["action"], u["outcome"]) for u in again["units"]} == {
+        (u, "unchanged", "unchanged") for u in names
+    }
+    assert containers(sb, case.hosts, case.deployment) == before, "a second up restarts nothing"
 
-    changed = with_overrides(pb, tmp_path / "single-ov.yaml", '  engine_args: [--max-running-requests, "16"]\n')
-    check = up_json(sb, changed, "--check", "--diff")
-    assert [(u["action"], u["outcome"]) for u in check["units"]] == [("restart", "planned")]
-    assert f"+++ h1:/etc/fleet/sb-single/{unit}/run.sh" in check["diff"]
+    files = unit_files(sb, case.hosts, case.deployment)
+    changed = with_overrides(pb, tmp_path / f"{case.deployment}-ov.yaml", OVERRIDE)
+    check = up_json(sb, changed, "--check", "--diff", env=env)
+    engines = [(h, u) for h, u in case.units if not u.endswith("router-r0")]
+    assert {(u["unit"], u["action"], u["outcome"]) for u in check["units"]} == (
+        {(u, "restart", "planned") for _, u in engines} | {(u, "unchanged", "unchanged") for h, u in case.units if (h, u) not in engines}
+    )  # fmt: skip
+    for h, u in engines:
+        assert f"+++ {h}:/etc/fleet/{case.deployment}/{u}/run.sh" in check["diff"]
     assert "--max-running-requests 16" in check["diff"]
-    assert started_at(sb, "h1", unit) == before, "--check touched nothing"
-    assert [r["drift"] for r in status(sb, pb)] == ["none"]
+    assert "router-r0/run.sh" not in check["diff"]
+    if case.secret:
+        assert TOKEN not in check["diff"]
+    assert containers(sb, case.hosts, case.deployment) == before, "--check started/stopped nothing"
+    assert unit_files(sb, case.hosts, case.deployment) == files, "--check wrote nothing"
+    assert {r["drift"] for r in status(sb, pb)} == {"none"}
 
     logs = ok(fleet(sb, "logs", str(pb), "--tail", "5")).stdout
-    assert logs and all(line.startswith(f"h1/{unit} | ") for line in logs.splitlines())
+    assert {line.split(" | ", 1)[0] for line in logs.splitlines()} == {f"{h}/{u}" for h, u in case.units}
+
+    if case.secret:
+        secret_stays_secret(sb, case, logs)
+
+    if case.apply_override:
+        applied = up_json(sb, changed, env=env)
+        outcome = {u["unit"]: (u["outcome"], u["generation"]) for u in applied["units"]}
+        assert outcome == {u: ("healthy", gen[u] + 1) if (h, u) in engines else ("unchanged", gen[u]) for h, u in case.units}
+        after = containers(sb, case.hosts, case.deployment)
+        for key in case.units:
+            assert (after[key] != before[key]) == (key in engines), f"{key}: only the changed groups restart, whole"
+        ask(sb, case)
+        pb = changed
 
     ok(fleet(sb, "down", str(pb), "-q"))
-    assert [(r["state"], r["drift"]) for r in status(sb, pb)] == [("missing", "not deployed")]
-    assert sb.ssh("h1", f"docker inspect {unit}").rc != 0
+    assert {(r["state"], r["drift"]) for r in status(sb, pb)} == {("missing", "not deployed")}
+    assert containers(sb, case.hosts, case.deployment) == {}
+    left = [k for k in unit_files(sb, case.hosts, case.deployment) if "/prev/" not in k]
+    assert left == [], "down leaves only each unit's prev/"
+    print(f"\n{case.deployment}: first up {t_up:.1f}s, lifecycle {time.monotonic() - t0:.1f}s")
 
 
-def test_two_node_pp_answers_through_rank0_and_restarts_as_a_group(sandbox_fleet: Sandbox, tmp_path: Path) -> None:
-    sb = sandbox_fleet
-    pb = PLAYBOOKS / "pp2.yaml"
-    up_json(sb, pb)
-    rows = status(sb, pb)
-    assert [(r["host"], r["rank"], r["state"]) for r in rows] == [("h6", 0, "running"), ("h7", 1, "running")]
-    answer = generate(sb, "h6", "http://127.0.0.1:30000")
-    assert answer["fleet_standin"]["host"] == "h6" and answer["text"]
-    r1_before = started_at(sb, "h7", "fleet-sb-pp2-rank0-r1")
-    changed = with_overrides(pb, tmp_path / "pp2-ov.yaml", '  engine_args: [--max-running-requests, "16"]\n')
-    gen = rows[0]["generation"]
-    doc = up_json(sb, changed)
-    assert [(u["host"], u["outcome"], u["generation"]) for u in doc["units"]] == [
-        ("h6", "healthy", gen + 1),
-        ("h7", "healthy", gen + 1),
-    ]
-    assert started_at(sb, "h7", "fleet-sb-pp2-rank0-r1") != r1_before, "rank 1 restarted with its group"
-    ok(fleet(sb, "down", str(changed), "-q"))
-    assert [r["state"] for r in status(sb, pb)] == ["missing", "missing"]
+def ask(sb: Sandbox, case: Case) -> None:
+    """A real request to the deployment's serving endpoint, checked against the stand-ins."""
+    host = sb.host(case.serving[0])
+    url = f"http://{host.data_ip}:{case.port}"
+    if case.deployment != "sb-pd":
+        answer = post(f"{url}/generate", {"text": "hello", "sampling_params": {"max_new_tokens": 4}})
+        assert answer["fleet_standin"]["host"] == case.serving[0] and answer["text"]
+        with urllib.request.urlopen(f"{url}/server_info", timeout=10) as r:
+            info = json.loads(r.read())
+        assert [p["host"] for p in info["peers"]] == [h for h, _ in case.units if len(case.units) > 1], info["peers"]
+        return
+    prefills = {"h9": "fleet-sb-pd-prefill0-r0", "h11": "fleet-sb-pd-prefill1-r0"}
+    served = []
+    for i in range(4):
+        body = {"model": "glm-5.3-flash", "messages": [{"role": "user", "content": f"question {i}"}], "max_tokens": 3}
+        answer = post(f"{url}/v1/chat/completions", body)
+        origin = answer["fleet_standin"]
+        assert answer["choices"][0]["message"]["content"] and answer["usage"]["completion_tokens"] == 3
+        assert origin["decode_host"] == "h13" and origin["prefill_host"] in prefills, origin
+        served.append((origin["prefill_host"], str(origin["bootstrap_room"])))
+    # The stand-ins' own logs: the prefill saw the room and handed its KV to the decode.
+    for prefill, room in served:
+        ev = events(sb, prefill, prefills[prefill])
+        assert any(e["event"] == "request" and str(e.get("bootstrap_room")) == room for e in ev)
+        assert any(e["event"] == "kv_transfer" and e["room"] == room and e["ok"] for e in ev)
+    decode = events(sb, "h13", "fleet-sb-pd-decode0-r0")
+    for prefill, room in served:
+        assert any(e["event"] == "request" and str(e.get("bootstrap_room")) == room and e.get("prefill_host") == prefill
+                   for e in decode), room  # fmt: skip
+
+
+def world_readable(path: Path) -> bool:
+    """Readable by any user: other-read on the file and other-exec on every directory above."""
+    if not os.stat(path).st_mode & stat.S_IROTH:
+        return False
+    return all(os.stat(d).st_mode & stat.S_IXOTH for d in path.parents)
+
+
+def secret_stays_secret(sb: Sandbox, case: Case, logs: str) -> None:
+    assert TOKEN not in logs
+    engine = case.units[0]
+    env = sb.ssh(engine[0], f"docker exec {engine[1]} sh -c 'cat /proc/1/environ | tr \"\\0\" \"\\n\"'")
+    assert f"HF_TOKEN={TOKEN}" in env.out.splitlines(), "the engine can read it"
+    assert TOKEN not in sb.ssh(engine[0], "ps -eo args").out, "no argv on the machine holds it"
+    for h, u in case.units:
+        assert TOKEN not in sb.ssh(h, f"docker logs {u} 2>&1").out, f"{h}/{u} logged it"
+    # Every file of every host that holds it: fleet's dirs, /run, /srv and docker's container state.
+    for h in sb.hosts:
+        d = Path(sb.host(h).dir)
+        roots = [d / sub for sub in ("etc-fleet", "var-lib-fleet", "run", "srv", "docker/containers")]
+        grep = subprocess.run(["grep", "-rlF", TOKEN, *map(str, roots)], capture_output=True, text=True)
+        for hit in map(Path, grep.stdout.split()):
+            assert not world_readable(hit), f"{h}: {hit} is world-readable"
+            if hit.is_relative_to(d / "etc-fleet"):
+                assert hit.name == "secrets.env" and stat.S_IMODE(os.stat(hit).st_mode) == 0o600, hit
+
+
+# ---------------------------------------------------------------------------------------------
+# more single-node behaviour
 
 
 def test_secret_reaches_the_engine_but_no_argv_log_or_world_readable_file(sandbox_fleet: Sandbox, tmp_path: Path) -> None:
     sb = sandbox_fleet
-    token = "hf_sandboxSECRET0123456789"
     pb = tmp_path / "secret.yaml"
     pb.write_text(
         (PLAYBOOKS / "single.yaml").read_text().replace("name: sb-single", "name: sb-secret")
         + "secrets:\n  - name: HF_TOKEN\n    from_env: FLEET_TEST_HF_TOKEN\n"
     )
-    proc = fleet(sb, "up", str(pb), env={"FLEET_TEST_HF_TOKEN": token})
+    proc = fleet(sb, "up", str(pb), env={"FLEET_TEST_HF_TOKEN": TOKEN})
     ok(proc)
-    assert token not in proc.stdout + proc.stderr
+    assert TOKEN not in proc.stdout + proc.stderr
     unit = "fleet-sb-secret-single0-r0"
     env = sb.ssh("h1", f"docker exec {unit} sh -c 'cat /proc/1/environ | tr \"\\0\" \"\\n\"'")
-    assert f"HF_TOKEN={token}" in env.out.splitlines(), "the engine can read it"
+    assert f"HF_TOKEN={TOKEN}" in env.out.splitlines(), "the engine can read it"
     for host in sb.hosts:
         ps = sb.ssh(host, "ps -eo args")
-        assert ps.rc == 0 and token not in ps.out, host
-    found = sb.ssh("h1", f"grep -rl {token} /etc/fleet /run/lock/fleet 2>/dev/null; true").out.split()
+        assert ps.rc == 0 and TOKEN not in ps.out, host
+    found = sb.ssh("h1", f"grep -rl {TOKEN} /etc/fleet /var/lib/fleet /run/lock/fleet 2>/dev/null; true").out.split()
     assert found == [f"/etc/fleet/sb-secret/{unit}/secrets.env"]
     modes = sb.ssh("h1", f"stat -c %a {found[0]}").out.strip()
     assert modes == "600"
+    assert sb.ssh("h2", "ls /etc/fleet").out.split() == [], "each host has its own /etc/fleet"
     logs = ok(fleet(sb, "logs", str(pb), "--tail", "50")).stdout
-    assert token not in logs
+    assert TOKEN not in logs
     ok(fleet(sb, "down", str(pb), "-q"))
-    assert sb.ssh("h1", f"grep -rl {token} /etc/fleet; true").out.strip() == "", "down leaves no secret behind"
+    assert sb.ssh("h1", f"grep -rl {TOKEN} /etc/fleet; true").out.strip() == "", "down leaves no secret behind"
 
 
 def test_unknown_host_key_stops_up_before_anything_runs(sandbox_fleet: Sandbox, tmp_path: Path) -> None:
@@ -166,15 +350,17 @@ def test_unit_comes_back_after_its_dockerd_restarts(sandbox_fleet: Sandbox) -> N
     pb = PLAYBOOKS / "single.yaml"
     unit = "fleet-sb-single-single0-r0"
     up_json(sb, pb)
-    _restart_dockerd(sb, "h1")
-    deadline = time.monotonic() + 60
-    while sb.ssh("h1", f"docker inspect -f '{{{{.State.Running}}}}' {unit}").out.strip() != "true":
-        assert time.monotonic() < deadline, "container did not come back"
-        time.sleep(0.5)
-    rows = status(sb, pb)
-    assert [r["state"] for r in rows] == ["running"]
-    assert [(u["outcome"]) for u in up_json(sb, pb)["units"]] == ["unchanged"]
-    ok(fleet(sb, "down", str(pb), "-q"))
+    try:
+        _restart_dockerd(sb, "h1")
+        deadline = time.monotonic() + 60
+        while sb.ssh("h1", f"docker inspect -f '{{{{.State.Running}}}}' {unit}").out.strip() != "true":
+            assert time.monotonic() < deadline, "container did not come back"
+            time.sleep(0.5)
+        rows = status(sb, pb)
+        assert [r["state"] for r in rows] == ["running"]
+        assert [(u["outcome"]) for u in up_json(sb, pb)["units"]] == ["unchanged"]
+    finally:
+        ok(fleet(sb, "down", str(pb), "-q"))
 
 
 def _restart_dockerd(sb: Sandbox, name: str) -> None:
