@@ -19,15 +19,14 @@ from launcher.cli import cli
 from launcher.config.inventory import load_inventory
 from launcher.config.patterns import select
 from launcher.config.recipes import load_catalog
-from launcher.deploy import orchestrate
+from launcher.deploy import demo, orchestrate
 from launcher.deploy.desired import Desired, from_rendered, limit
 from launcher.deploy.orchestrate import Options, Report, Target
 from launcher.deploy.secrets import resolve
 from launcher.deploy.status import UnitStatus, logs, status
-from launcher.errors import ExitCode
+from launcher.errors import ExitCode, FleetError
 from launcher.execute.hostkeys import KnownHosts
 from launcher.execute.ssh import SshConnector
-from launcher.execute.transport import Transport
 from launcher.model import Host, Inventory, Playbook
 from launcher.output import LinesProgress, LiveProgress, Progress, QuietProgress, dumps, print_table, table
 from launcher.plan import plan
@@ -228,64 +227,104 @@ def logs_command(
         logs(target, connector.connect, click.echo, unit=unit, tail=tail_n, follow=follow, forks=forks)
 
 
-DEMO_PLAYBOOKS = ("single.yaml", "pp2.yaml")
+DEMO_PLAYBOOKS = ("pd-2p1d.yaml", "pp2.yaml")
+DEMO_MIN_HOSTS = 15  # PD: 2 prefill + 1 decode instances of 2 RTX-6000D nodes each + a router
 
 
 @cli.command("demo")
 @click.option("--keep", is_flag=True, help="Leave the sandbox and deployments up afterwards.")
-@click.option("-n", "n_hosts", default=8, show_default=True, type=click.IntRange(7, 64), help="Sandbox hosts.")
-def demo_command(keep: bool, n_hosts: int) -> None:
-    """Bring up a sandbox fleet on this machine (root), deploy the sandbox playbooks on it with
-    ``fleet up``, send a real request to each deployment, show status, tear it all down."""
+@click.option("-n", "n_hosts", default=DEMO_MIN_HOSTS, show_default=True,
+              type=click.IntRange(DEMO_MIN_HOSTS, 64), help="Sandbox hosts.")  # fmt: skip
+@click.option("--name", default="demo", show_default=True, help="Sandbox name.")
+def demo_command(keep: bool, n_hosts: int, name: str) -> None:
+    """Bring up a sandbox fleet on this machine (root; real sshd and dockerd per host, GPUs faked),
+    deploy the sandbox's 2P1D prefill/decode playbook (6 RTX-6000D hosts + the real sglang-router)
+    and its 2-node PP playbook with ``fleet up``, send a real request through the router and one
+    to the PP deployment, show status, and tear it all down (unless --keep)."""
+    import time
+
     from launcher.sandbox import fleet as sandbox
 
     root = Path(__file__).resolve().parents[2] / "playbooks" / "sandbox"
-    click.echo(f"sandbox: bringing up {n_hosts} hosts (sshd + dockerd each)...", err=True)
-    st = sandbox.up("demo", n_hosts)
+    timings: list[tuple[str, float]] = []
+    started = time.monotonic()
+
+    def timed(label: str, since: float) -> None:
+        timings.append((label, time.monotonic() - since))
+
+    click.echo(f"sandbox {name}: bringing up {n_hosts} hosts (network namespace, sshd, dockerd each; "
+               "h9.. fake 8x RTX PRO 6000D)...", err=True)  # fmt: skip
+    t = time.monotonic()
+    st = sandbox.up(name, n_hosts, mode="netns")
+    timed("sandbox up", t)
+    click.echo(f"sandbox {name}: up in {timings[-1][1]:.1f}s; inventory {st.inventory}", err=True)
     code = ExitCode.OK
     deployed: list[Target] = []
     try:
         with _connector((st.known_hosts,), False) as connector:
-            for name in DEMO_PLAYBOOKS:
-                target = load_target(str(root / name), st.inventory, None, ())
+            for pb in DEMO_PLAYBOOKS:
+                target = load_target(str(root / pb), st.inventory, None, ())
+                click.echo(f"\n$ fleet up playbooks/sandbox/{pb} -i {st.inventory} --known-hosts {st.known_hosts}",
+                           err=True)  # fmt: skip
+                t = time.monotonic()
                 deployed.append(target)
-                click.echo(f"\n$ fleet up playbooks/sandbox/{name} -i {st.inventory}", err=True)
                 report = orchestrate.up(target, connector.connect, Options(), LinesProgress())
+                timed(f"fleet up {target.deployment}", t)
                 _print_report(report, False)
                 if report.exit_code != ExitCode.OK:
                     code = report.exit_code
                     break
-                _ask(target, connector.connect)
-                print_table(table(("host", "unit", "role", "rank", "state", "health", "gen", "drift"),
-                                  status_rows(status(target, connector.connect))))  # fmt: skip
+            if code == ExitCode.OK:
+                for target in deployed:
+                    t = time.monotonic()
+                    code = _demo_ask(target) or code
+                    timed(f"request {target.deployment}", t)
+                for target in deployed:
+                    click.echo(f"\n$ fleet status playbooks/sandbox/{_playbook_of(target)} -i {st.inventory}", err=True)
+                    print_table(table(("host", "unit", "role", "rank", "state", "health", "gen", "drift"),
+                                      status_rows(status(target, connector.connect)),
+                                      title=f"{target.deployment} ({target.recipe})"))  # fmt: skip
             if not keep:
                 for target in reversed(deployed):
-                    click.echo(f"\n$ fleet down {target.deployment}", err=True)
+                    click.echo(f"\n$ fleet down playbooks/sandbox/{_playbook_of(target)} -i {st.inventory}", err=True)
+                    t = time.monotonic()
                     _print_report(orchestrate.down(target, connector.connect, Options()), False)
+                    timed(f"fleet down {target.deployment}", t)
     finally:
         if keep:
-            click.echo(f"\nkept: inventory {st.inventory}, known hosts {st.known_hosts}", err=True)
+            click.echo(f"\nkept: sandbox {name} (inventory {st.inventory}, known hosts {st.known_hosts}); "
+                       f"try `fleet status playbooks/sandbox/pd-2p1d.yaml -i {st.inventory} --known-hosts "
+                       f"{st.known_hosts}`, remove with `fleet sandbox down --name {name}`", err=True)  # fmt: skip
         else:
-            sandbox.down("demo")
-            click.echo("\nsandbox torn down", err=True)
+            t = time.monotonic()
+            sandbox.down(name)
+            timed("sandbox down", t)
+            click.echo(f"\nsandbox {name} torn down", err=True)
+    timed("total", started)
+    click.echo("timings: " + ", ".join(f"{label} {s:.1f}s" for label, s in timings), err=True)
     sys.exit(int(code))
 
 
-def _ask(target: Target, connect: Callable[[Host], Transport]) -> None:
-    """POST /generate to the deployment's first serving unit, from its own host."""
-    import json
+def _playbook_of(target: Target) -> str:
+    return {"sb-pd": "pd-2p1d.yaml", "sb-pp2": "pp2.yaml"}.get(target.deployment, target.deployment)
 
-    serving = next(d for d in target.units if d.unit.health is not None)
-    assert serving.unit.health is not None
-    base = serving.unit.health.url.rsplit("/", 1)[0]
-    body = json.dumps({"text": "What is a fleet?", "sampling_params": {"max_new_tokens": 8}})
-    host = next(h for h in target.hosts if h.name == serving.host)
-    transport = connect(host)
-    res = transport.run(("curl", "-fsS", "-m", "30", "-H", "Content-Type: application/json", "-d", body,
-                         f"{base}/generate"), timeout=60)  # fmt: skip
-    if not res.ok:
-        click.echo(f"request to {base}/generate failed: {res.stderr_text.strip()}", err=True)
-        return
-    answer = json.loads(res.stdout_text)
-    served = answer.get("fleet_standin", {})
-    click.echo(f"answer from {served.get('host', '?')} ({served.get('role', '?')}): {answer.get('text', '')!r}")
+
+def _demo_ask(target: Target) -> ExitCode | None:
+    """One real request to the deployment; prints the answer and who served it."""
+    ep = demo.endpoint(target)
+    what = "the real sglang-router, PD mode" if ep.role == "router" else f"{ep.role} 0"
+    click.echo(f"\n$ curl -d '{{\"messages\": [...]}}' {ep.url}/v1/chat/completions   # {ep.host}: {what}",
+               err=True)  # fmt: skip
+    try:
+        answer = demo.ask(ep, "What is a fleet?")
+    except FleetError as err:
+        click.echo(f"fleet: error: {err}", err=True)
+        return ExitCode.FAILED
+    click.echo(f"{target.deployment} answer ({answer.seconds:.2f}s): {answer.text!r}")
+    if answer.prefill is not None:
+        click.echo(f"  served by prefill {answer.prefill} and decode {answer.decode} "
+                   f"(KV handed over for bootstrap room {answer.room})")  # fmt: skip
+    else:
+        ranks = ", ".join(answer.peers) if answer.peers else answer.served_by
+        click.echo(f"  served by {answer.served_by} (ranks: {ranks})")
+    return None
