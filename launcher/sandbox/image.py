@@ -13,9 +13,11 @@ python (chroot), since containers run with PYTHONDONTWRITEBYTECODE.  Then ``dock
 throw-away dockerd whose data-root becomes the template every host's data-root is seeded from
 (same image ID on every host, no per-host import).
 
-Cache (under the cache root): ``debs/`` and ``wheels/`` (downloads), ``base-<hash>/`` (the
-unpacked, compiled rootfs without fleet's own files; keyed by packages + wheels),
-``standin-<hash>.tar`` and ``template-<hash>/`` (keyed by everything).  Builds are serialised by
+Cache (under the cache root): ``debs/`` and ``wheels/`` (downloads); under ``images/`` (a
+directory of its own, so checkouts with an older image layout -- which pruned every
+``template-*`` but their own -- never touch these): ``base-<hash>/`` (the unpacked, compiled
+rootfs without fleet's own files; keyed by packages + wheels), ``standin-<hash>.tar`` and
+``template-<hash>/`` (keyed by everything).  Builds are serialised by
 an exclusive lock on ``.lock``; a template in use (an ``up`` seeding from it) holds a shared lock
 on ``template-<hash>.lock``, and pruning skips what is held, so a concurrent ``up`` from another
 checkout (another stand-in, another hash) never loses its template half-way through seeding.
@@ -78,6 +80,7 @@ _CHANGES = (
     "ENV PYTHONDONTWRITEBYTECODE=1",
     "ENV PYTHONUNBUFFERED=1",
 )
+IMAGES = "images"  # subdirectory of the cache root for bases, tars, templates and their locks
 KEEP_OLD = 2  # templates/bases of other hashes kept (other checkouts alternate between them)
 
 
@@ -121,7 +124,7 @@ def source_hash() -> str:
 def template() -> Iterator[Path]:
     """The data-root template holding ``fleet-standin:latest`` (built once per input hash),
     held with a shared lock for as long as the caller seeds data-roots from it."""
-    cache = cache_root()
+    cache = cache_root() / IMAGES
     cache.mkdir(parents=True, exist_ok=True)
     digest = source_hash()
     path = cache / f"template-{digest}"
@@ -273,8 +276,8 @@ def _base_rootfs(cache: Path) -> Path:
     if base.is_dir():
         os.utime(base)
         return base
-    debs = _download_debs(cache / "debs")
-    wheels = _download_wheels(cache / "wheels")
+    debs = _download_debs(cache.parent / "debs")
+    wheels = _download_wheels(cache.parent / "wheels")
     work = base.with_name(base.name + ".build")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
