@@ -379,7 +379,8 @@ def parse_many(name: str, argvs: list[list[str]]) -> list[tuple[bool, str]]:
                 results.append((False, "exited 0 (help/version)"))
                 continue
             text = err.getvalue()
-            results.append((False, text.split(": error: ", 1)[-1].strip() if text else ""))
+            # argparse prints "<usage>\n<prog>: error: <message>\n"
+            results.append((False, text.split(": error: ", 1)[-1].removesuffix("\n")))
         except Exception as exc:  # custom actions/types may raise anything; the launch would fail
             results.append((False, f"{type(exc).__name__}: {exc}"))
         else:

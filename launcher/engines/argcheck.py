@@ -322,10 +322,21 @@ def _convert(option: Option, text: str) -> Any:
         raise _ParseError(
             f"argument {option.name}: invalid {option.type_name} value: {text!r}"
         ) from None
-    # "other": an engine-specific conversion; only its verdicts on the probe strings are known.
-    if text in _PROBES and text not in option.type_accepts:
+    # "other": an engine-specific conversion; only its verdicts on the probe strings are known,
+    # and that it takes JSON objects only when those are all it accepted (vLLM's configs).
+    rejected = text in _PROBES and text not in option.type_accepts
+    if not rejected and option.type_accepts and all(map(_json_object, option.type_accepts)):
+        rejected = not _json_object(text)
+    if rejected:
         raise _ParseError(f"argument {option.name}: invalid {option.type_name} value: {text!r}")
     return text
+
+
+def _json_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
 
 
 def _si_iec_int(text: str) -> int:

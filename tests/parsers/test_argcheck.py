@@ -136,3 +136,11 @@ def test_standalone_import(tmp_path: Path) -> None:
         "('unrecognized arguments: --bogus',)\n",
         "",
     )
+
+
+def test_opaque_json_configs_need_an_object() -> None:
+    """vLLM's dataclass-validated configs: argcheck checks the JSON object shape only."""
+    assert check_argv("vllm", "0.33.0", ("m", "--compilation-config", "zz")) == (
+        "argument --compilation-config/-cc: invalid parse_dataclass value: 'zz'",
+    )
+    assert check_argv("vllm", "0.33.0", ("m", "-cc", '{"mode": 3}')) == ()
