@@ -15,6 +15,7 @@ from launcher.sandbox import faults, fleet
 from launcher.sandbox.client import Sandbox
 
 pytestmark = pytest.mark.sandbox
+SANDBOX_HOSTS = 15  # h9.. are the RTX-6000D hosts (tests/conftest.py sizes the session sandbox)
 
 
 def test_each_host_is_itself(sandbox_fleet: Sandbox) -> None:
@@ -74,6 +75,33 @@ def test_fake_hardware(sandbox_fleet: Sandbox) -> None:
     assert "veth0" in sb.ssh("h1", "ls /sys/class/net").out
 
 
+def test_rtx6000d_hosts(sandbox_fleet: Sandbox) -> None:
+    sb = sandbox_fleet
+    q = sb.ssh("h9", "nvidia-smi --query-gpu=index,name,memory.total,compute_cap --format=csv,noheader,nounits")
+    assert q.out.splitlines() == [f"{i}, NVIDIA RTX PRO 6000D, 86016, 12.0" for i in range(8)]
+    table = sb.ssh("h15", "nvidia-smi").out
+    assert "NVIDIA RTX PRO 6000D" in table and "86016MiB" in table and "H100" not in table
+    assert "NV" not in sb.ssh("h9", "nvidia-smi topo -m").out.split("Legend")[0], "PCIe only"
+    gids = sb.ssh("h9", "show_gids").out
+    assert f"mlx5_0\t1\t3\t0000:0000:0000:0000:0000:ffff:" in gids and f"{sb.host('h9').data_ip}  \tv2\tveth0" in gids
+
+
+def test_each_host_has_its_own_fleet_dirs(sandbox_fleet: Sandbox) -> None:
+    sb = sandbox_fleet
+    for d in ("/etc/fleet", "/var/lib/fleet"):
+        assert sb.ssh("h1", f"echo h1 > {d}/.who && cat {d}/.who").out == "h1\n"
+        assert sb.ssh("h2", f"cat {d}/.who").rc == 1, f"{d} is per host"
+        assert sb.ssh("h1", f"rm {d}/.who").rc == 0
+
+
+def test_the_image_carries_the_real_router(sandbox_fleet: Sandbox) -> None:
+    res = sandbox_fleet.ssh("h15", "docker run --rm fleet-standin:latest python3 -c "
+                                   "'import sglang_router.launch_router as m, sglang_router.version as v; "
+                                   "print(v.__version__, m.__file__)'")  # fmt: skip
+    assert res.rc == 0, res.err
+    assert res.out.split() == ["0.3.2", "/usr/local/lib/python3.11/dist-packages/sglang_router/launch_router.py"]
+
+
 def test_facts_parsers_read_the_fake_hardware(sandbox_fleet: Sandbox) -> None:
     facts = pytest.importorskip("launcher.facts", reason="launcher/facts.py not present")
     sb = sandbox_fleet
@@ -90,6 +118,10 @@ def test_inventory_is_loadable(sandbox_fleet: Sandbox) -> None:
     h2, h3, h5 = inv.host("h2"), inv.host("h3"), inv.host("h5")
     assert (h2.spec.gid_index, h3.spec.nccl_ifname, h5.spec.gpu_model) == (5, "ens1f0", "Ascend-910B3")
     assert h3.spec.data_ip == sandbox_fleet.host("h3").data_ip and h3.address == h3.spec.data_ip
+    n = len(sandbox_fleet.hosts)
+    assert inv.groups["rtx6000d"].hosts == tuple(f"h{i}" for i in range(9, n + 1))
+    h100 = inv.groups["h100"].hosts
+    assert h100 == ("h1", "h2", "h3", "h4", "h6", "h7", "h8") and inv.host("h9").spec.gpu_model == "RTX-6000D"
 
 
 def test_ansible_reaches_the_hosts(sandbox_fleet: Sandbox) -> None:
