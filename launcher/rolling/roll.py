@@ -183,8 +183,8 @@ class _Rollout:
                 groups = [g for g in groups if g not in missing]
             if not groups:
                 continue
+            # The first survey stays right for every group not restarted yet (each restarts once).
             self.progress.note(f"batch {i}/{total}: {', '.join(g.name for g in groups)}")
-            surveys = {**surveys, **orchestrate._survey_all(self.target, self.session, self._hosts(groups))}
             halted = not self._batch(i, groups, surveys)
         if self.options.only_changed and not halted:
             self._infra(decision.changing, surveys)

@@ -18,7 +18,6 @@ from launcher.config.inventory import load_inventory
 from launcher.config.playbook import load_playbook
 from launcher.config.recipes import load_catalog
 from launcher.deploy import orchestrate
-from launcher.deploy.orchestrate import Options
 from launcher.deploy.status import status
 from launcher.execute.hostkeys import KnownHosts
 from launcher.execute.ssh import SshConnector
@@ -28,15 +27,16 @@ from launcher.rolling.roll import RollOptions
 from launcher.rolling.router_api import RouterClient
 from launcher.sandbox import router as sandbox_router
 from launcher.sandbox.client import Sandbox
-from tests.rolling.conftest import PLAYBOOKS, Recorder, Router, fleet, ok, standin_events
+from tests.rolling.conftest import Recorder, Router, fleet, ok, standin_events
 from tests.rolling.loadgen import LoadGen
 
 pytestmark = pytest.mark.sandbox
 
-V1 = PLAYBOOKS / "rolling-pd.yaml"
-V2 = PLAYBOOKS / "rolling-pd-v2.yaml"
+HERE = Path(__file__).resolve().parent / "playbooks"
+V1 = HERE / "pd.yaml"
+V2 = HERE / "pd-v2.yaml"
 OLD, SURGE = ("h6", "h7", "h8"), ("h1", "h2", "h3")
-ENGINE_UNITS = tuple(f"fleet-sb-pd-{g}-r{r}" for g in ("prefill0", "prefill1", "decode0") for r in (0, 1))
+ENGINE_UNITS = tuple(f"fleet-sb-roll-pd-{g}-r{r}" for g in ("prefill0", "prefill1", "decode0") for r in (0, 1))
 
 
 def _pd_inventory(sb: Sandbox, path: Path) -> str:
@@ -92,10 +92,10 @@ def pd(sandbox_fleet: Sandbox, tmp_path_factory: pytest.TempPathFactory, logs_di
     finally:
         if front is not None:
             front.stop()
-        for hosts in (OLD, SURGE):
-            _down(sb, inventory, V1, hosts)
+        # The sandbox goes at session end: remove this deployment's containers directly.
         for h in OLD + SURGE:
-            sb.ssh(h, "umount /etc/fleet")
+            sb.ssh(h, "docker rm -f $(docker ps -aq --filter label=fleet.deployment=sb-roll-pd) >/dev/null 2>&1; "
+                      "umount /etc/fleet; true")  # fmt: skip
 
 
 def _target(inventory_path: str, playbook_path: Path, hosts: tuple[str, ...]) -> orchestrate.Target:
@@ -104,14 +104,6 @@ def _target(inventory_path: str, playbook_path: Path, hosts: tuple[str, ...]) ->
     if hosts != OLD:
         playbook, _ = cohort.surge_playbook(playbook, inventory, hosts)
     return cohort.cohort_target(playbook, inventory, ())
-
-
-def _down(sb: Sandbox, inventory: str, pb: Path, hosts: tuple[str, ...]) -> None:
-    target = _target(inventory, pb, hosts)
-    for h in hosts:  # a rank restarted by docker after its peer stopped delays `docker stop` (see docs/rolling.md)
-        sb.ssh(h, "docker update --restart=no $(docker ps -aq --filter label=fleet.deployment=sb-pd) >/dev/null 2>&1; true")
-    with SshConnector(KnownHosts.for_operator((sb.known_hosts,), trust_new=False)) as c:
-        orchestrate.down(target, c.connect, Options(break_lock=True))
 
 
 def test_pd_cohort_switch_under_load_never_mixes_generations(pd: tuple[Sandbox, str, Router]) -> None:
@@ -131,10 +123,10 @@ def test_pd_cohort_switch_under_load_never_mixes_generations(pd: tuple[Sandbox, 
         results = load.stop(at_least=300)
     assert report.errors == (), report.errors
     assert {(g.group, g.outcome, g.hosts) for g in report.groups} == {
-        ("sb-pd/prefill0", "retired", ("h6", "h7")), ("sb-pd/prefill1", "retired", ("h6", "h7")),
-        ("sb-pd/decode0", "retired", ("h6", "h7")), ("sb-pd/router", "retired", ("h8",)),
-        ("sb-pd/prefill0", "restarted", ("h1", "h2")), ("sb-pd/prefill1", "restarted", ("h1", "h2")),
-        ("sb-pd/decode0", "restarted", ("h1", "h2")), ("sb-pd/router", "restarted", ("h3",)),
+        ("sb-roll-pd/prefill0", "retired", ("h6", "h7")), ("sb-roll-pd/prefill1", "retired", ("h6", "h7")),
+        ("sb-roll-pd/decode0", "retired", ("h6", "h7")), ("sb-roll-pd/router", "retired", ("h8",)),
+        ("sb-roll-pd/prefill0", "restarted", ("h1", "h2")), ("sb-roll-pd/prefill1", "restarted", ("h1", "h2")),
+        ("sb-roll-pd/decode0", "restarted", ("h1", "h2")), ("sb-roll-pd/router", "restarted", ("h3",)),
     }  # fmt: skip
 
     # The load: nothing failed; both generations served; each answer's prefill ran in its cohort.
@@ -174,8 +166,8 @@ def test_pd_cohort_switch_under_load_never_mixes_generations(pd: tuple[Sandbox, 
     new_target = _target(inventory_path, V2, SURGE)
     with SshConnector(KnownHosts.for_operator((sb.known_hosts,), trust_new=False)) as c:
         rows = status(new_target, c.connect)
-    assert {(r.host, r.unit, r.state) for r in rows if r.health != "-"} >= {("h3", "fleet-sb-pd-router-r0", "running")}
+    assert {(r.host, r.unit, r.state) for r in rows if r.health != "-"} >= {("h3", "fleet-sb-roll-pd-router-r0", "running")}
     assert all(r.state == "running" for r in rows) and all(r.health in ("ok", "-") for r in rows), rows
     for h in OLD:
-        res = sb.ssh(h, "docker ps -q --filter label=fleet.deployment=sb-pd")
+        res = sb.ssh(h, "docker ps -q --filter label=fleet.deployment=sb-roll-pd")
         assert res.rc == 0 and res.out.strip() == "", (h, res.out)
