@@ -232,3 +232,20 @@ def test_fleet_up_refuses_before_starting_anything(env: Env) -> None:
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "h4: hca mlx5_0: HCA mlx5_0 not found (ibv_devinfo lists none)" in proc.stderr
     nothing_started(sb, "h1", "h4")
+
+
+def test_fleet_up_with_gid_auto_writes_each_hosts_index(env: Env) -> None:
+    if "--skip-preflight" not in env.fleet("up", "--help").stdout:
+        pytest.skip("fleet up does not run preflight yet (wiring in launcher/cli/deploy.py pending)")
+    sb = env.sb
+    inv = str(auto_inventory(sb, env.tmp / "auto.yaml"))
+    pb = playbook(env.tmp / "pp-up.yaml", "h1:h2", name="pf-up")
+    up = env.fleet("up", str(pb), "-q", inventory=inv)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "fleet: preflight pf-up: " in up.stderr and ", 0 fail" in up.stderr
+        for host, rank, gid in (("h1", 0, "3"), ("h2", 1, "5")):
+            text = sb.ssh(host, f"cat /etc/fleet/pf-up/fleet-pf-up-rank0-r{rank}/env").out
+            assert f"NCCL_IB_GID_INDEX={gid}\n" in text, (host, text)
+    finally:
+        env.fleet("down", str(pb), "-q", inventory=inv)
