@@ -21,6 +21,12 @@ REPO = Path(__file__).resolve().parents[2]
 SECRET = "hf_pfcollect_s3cr3t"
 
 
+@pytest.fixture(autouse=True)
+def facts_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Facts that fleet up's preflight gathers stay in the test's tmp dir, not ~/.cache."""
+    monkeypatch.setenv("FLEET_FACTS_DIR", str(tmp_path / "facts"))
+
+
 def fleet(sb: Sandbox, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     cmd = ["fleet", *args, "-i", sb.inventory, "--known-hosts", sb.known_hosts]
     return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=300, cwd=REPO)
