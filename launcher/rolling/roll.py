@@ -150,6 +150,7 @@ class _Rollout:
         self.notes: list[str] = list(plan.notes)
         self.details: dict[str, str] = {}
         self.no_counter: set[str] = set()
+        self.taken: dict[str, list[RouterClient]] = {}
         self.restored_gen: dict[str, int] = {}
 
     # -- the loop
@@ -201,7 +202,15 @@ class _Rollout:
 
     def _batch(self, i: int, groups: Sequence[RollGroup], surveys: Mapping[str, Survey]) -> bool:
         """One batch; False when it failed (the rollout halts)."""
-        registered = self._take_out(groups)
+        try:
+            registered = self._take_out(groups)
+        except RouterError as err:
+            self.errors.append(f"batch {i}: {err}")
+            for g in groups:
+                self._put_back(g, self.taken.pop(g.name, ()))
+                self._report(g.name, i, "skipped", surveys=surveys, detail="router failed; not restarted")
+            self.errors.append(f"rollout halted at batch {i}/{len(self.plan.batches)}: later batches not touched")
+            return False
         drained = self._drain(groups)
         self._no_restart(groups)
         if self.action == "restart":
@@ -214,7 +223,8 @@ class _Rollout:
             how = _drain_text(drained.get(g.name))
             if v.healthy:
                 outcome: GroupOutcome = "restarted" if self.action == "restart" else "rolled-back"
-                self._put_back(g, registered.get(g.name, ()))
+                if not self._put_back(g, registered.get(g.name, ())):
+                    ok = False  # healthy but not serving: do not take more capacity out
                 self._report(g.name, i, outcome, drain=how, surveys=surveys, after=True)
                 continue
             ok = False
@@ -244,32 +254,40 @@ class _Rollout:
         return leader.health.url.rsplit("/", 1)[0]
 
     def _take_out(self, groups: Sequence[RollGroup]) -> dict[str, tuple[RouterClient, ...]]:
-        out: dict[str, tuple[RouterClient, ...]] = {}
+        """Deregisters each group from the routers it is in; on a router error the ones taken
+        out so far are in ``self.taken`` (to be put back)."""
+        self.taken = {}
         for g in groups:
             url = self._url(g)
             if url is None:
                 continue
-            found = []
+            found: list[RouterClient] = []
+            self.taken[g.name] = found
             for r in self.routers:
                 if r.remove(url):
                     found.append(r)
                     self.progress.update(Event(host=g.hosts[0], unit=g.name, state="out of router", detail=r.base))
             for r in found:
                 r.wait(url, present=False, timeout_s=self.options.register_timeout_s)
-            out[g.name] = tuple(found)
+        out = {k: tuple(v) for k, v in self.taken.items()}
+        self.taken = {}
         return out
 
-    def _put_back(self, g: RollGroup, routers: Sequence[RouterClient]) -> None:
+    def _put_back(self, g: RollGroup, routers: Sequence[RouterClient]) -> bool:
+        """Registers the group again where it was; False (and an error) if a router refused."""
         url = self._url(g)
         if url is None:
-            return
+            return True
+        fine = True
         for r in routers:
             try:
                 r.add(url)
                 r.wait(url, present=True, timeout_s=self.options.register_timeout_s)
                 self.progress.update(Event(host=g.hosts[0], unit=g.name, state="back in router", detail=r.base))
             except RouterError as err:
-                self.errors.append(str(err))
+                self.errors.append(f"group {g.name}: not back in its router: {err}")
+                fine = False
+        return fine
 
     def _drain(self, groups: Sequence[RollGroup]) -> dict[str, Drained]:
         probes: dict[str, Callable[[], int | None]] = {}
