@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m mypy launcher/
-python3 -m pytest -q -rs "$@"
+python3 -m pytest -q -rs --durations=30 "$@"
