@@ -6,9 +6,10 @@ PP (H100), h9..h12 four-node PP (RTX-6000D), and the 2P1D PD deployment on h9..h
 on h15.  Every deployment goes through the same lifecycle: ``up`` -> a real request (PD: through
 the router, served by a prefill AND the decode) -> ``status`` all running/healthy -> a second
 ``up`` changes nothing -> ``--check --diff`` of an override shows the diff and changes nothing ->
-(PP2: the override applied restarts the group, whole) -> ``down`` leaves no
-unit and no unit file but ``prev/``.  The PD run carries a secret, which must show up in no argv, no
-log and no world-readable file on any host.
+(PP2: the override applied restarts the group, whole; single: its host's dockerd restarts and
+the unit comes back) -> ``down`` leaves no unit and no unit file but ``prev/``.  The single and
+PD runs carry a secret: the engines can read it, and it shows up in no argv, no log and no
+world-readable file on any host, only in each engine's 0600 secrets.env -- gone after down.
 """
 
 from __future__ import annotations
@@ -128,6 +129,7 @@ class Case:
     port: int
     apply_override: bool = False  # also apply the override for real (group restarts)
     secret: bool = False  # deploy with HF_TOKEN and check it leaks nowhere
+    restart_dockerd: bool = False  # the serving host's dockerd restarts: the unit comes back
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -146,7 +148,7 @@ PD_UNITS = (
 )
 CASES = {
     "single": Case("single.yaml", "sb-single", _ranks("sb-single", "single0", ("h1",)),
-                   ("h1", "fleet-sb-single-single0-r0"), 30000),
+                   ("h1", "fleet-sb-single-single0-r0"), 30000, secret=True, restart_dockerd=True),
     "pp2": Case("pp2.yaml", "sb-pp2", _ranks("sb-pp2", "rank0", ("h6", "h7")),
                 ("h6", "fleet-sb-pp2-rank0-r0"), 30000, apply_override=True),
     "pp4": Case("pp4.yaml", "sb-pp4", _ranks("sb-pp4", "rank0", ("h9", "h10", "h11", "h12")),
@@ -229,6 +231,17 @@ def test_lifecycle(sandbox_fleet: Sandbox, deployed: tuple[Case, Path, dict[str,
     if case.secret:
         secret_stays_secret(sb, case, logs)
 
+    if case.restart_dockerd:
+        host, unit = case.serving
+        _restart_dockerd(sb, host)
+        deadline = time.monotonic() + 60
+        while sb.ssh(host, f"docker inspect -f '{{{{.State.Running}}}}' {unit}").out.strip() != "true":
+            assert time.monotonic() < deadline, "container did not come back"
+            time.sleep(0.5)
+        assert [r["state"] for r in status(sb, pb)] == ["running"] * len(case.units)
+        assert {u["outcome"] for u in up_json(sb, pb, env=env)["units"]} == {"unchanged"}
+        ask(sb, case)
+
     if case.apply_override:
         applied = up_json(sb, changed, env=env)
         outcome = {u["unit"]: (u["outcome"], u["generation"]) for u in applied["units"]}
@@ -244,6 +257,10 @@ def test_lifecycle(sandbox_fleet: Sandbox, deployed: tuple[Case, Path, dict[str,
     assert containers(sb, case.hosts, case.deployment) == {}
     left = [k for k in unit_files(sb, case.hosts, case.deployment) if "/prev/" not in k]
     assert left == [], "down leaves only each unit's prev/"
+    if case.secret:
+        assert [p for h in sb.hosts for p in _grep(Path(sb.host(h).dir), ("etc-fleet", "var-lib-fleet"))] == [], (
+            "down leaves no secret behind, not even in prev/"
+        )
     print(f"\n{case.deployment}: first up {t_up:.1f}s, lifecycle {time.monotonic() - t0:.1f}s")
 
 
@@ -294,45 +311,27 @@ def secret_stays_secret(sb: Sandbox, case: Case, logs: str) -> None:
     for h, u in case.units:
         assert TOKEN not in sb.ssh(h, f"docker logs {u} 2>&1").out, f"{h}/{u} logged it"
     # Every file of every host that holds it: fleet's dirs, /run, /srv and docker's container state.
+    in_fleet_dirs = set()
     for h in sb.hosts:
         d = Path(sb.host(h).dir)
-        roots = [d / sub for sub in ("etc-fleet", "var-lib-fleet", "run", "srv", "docker/containers")]
-        grep = subprocess.run(["grep", "-rlF", TOKEN, *map(str, roots)], capture_output=True, text=True)
-        for hit in map(Path, grep.stdout.split()):
+        for hit in _grep(d, ("etc-fleet", "var-lib-fleet", "run", "srv", "docker/containers")):
             assert not world_readable(hit), f"{h}: {hit} is world-readable"
-            if hit.is_relative_to(d / "etc-fleet"):
-                assert hit.name == "secrets.env" and stat.S_IMODE(os.stat(hit).st_mode) == 0o600, hit
+            for sub, seen_as in (("etc-fleet", "/etc/fleet"), ("var-lib-fleet", "/var/lib/fleet")):
+                if hit.is_relative_to(d / sub):
+                    assert stat.S_IMODE(os.stat(hit).st_mode) == 0o600, hit
+                    in_fleet_dirs.add(f"{h}:{seen_as}/{hit.relative_to(d / sub)}")
+    engines = {f"{h}:/etc/fleet/{case.deployment}/{u}/secrets.env" for h, u in case.units if not u.endswith("router-r0")}
+    assert in_fleet_dirs == engines, "only each engine's secrets.env (0600) holds it"
+
+
+def _grep(hostdir: Path, subdirs: tuple[str, ...]) -> list[Path]:
+    roots = [str(hostdir / sub) for sub in subdirs if (hostdir / sub).exists()]
+    grep = subprocess.run(["grep", "-rlF", TOKEN, *roots], capture_output=True, text=True)
+    return [Path(p) for p in grep.stdout.split()]
 
 
 # ---------------------------------------------------------------------------------------------
-# more single-node behaviour
-
-
-def test_secret_reaches_the_engine_but_no_argv_log_or_world_readable_file(sandbox_fleet: Sandbox, tmp_path: Path) -> None:
-    sb = sandbox_fleet
-    pb = tmp_path / "secret.yaml"
-    pb.write_text(
-        (PLAYBOOKS / "single.yaml").read_text().replace("name: sb-single", "name: sb-secret")
-        + "secrets:\n  - name: HF_TOKEN\n    from_env: FLEET_TEST_HF_TOKEN\n"
-    )
-    proc = fleet(sb, "up", str(pb), env={"FLEET_TEST_HF_TOKEN": TOKEN})
-    ok(proc)
-    assert TOKEN not in proc.stdout + proc.stderr
-    unit = "fleet-sb-secret-single0-r0"
-    env = sb.ssh("h1", f"docker exec {unit} sh -c 'cat /proc/1/environ | tr \"\\0\" \"\\n\"'")
-    assert f"HF_TOKEN={TOKEN}" in env.out.splitlines(), "the engine can read it"
-    for host in sb.hosts:
-        ps = sb.ssh(host, "ps -eo args")
-        assert ps.rc == 0 and TOKEN not in ps.out, host
-    found = sb.ssh("h1", f"grep -rl {TOKEN} /etc/fleet /var/lib/fleet /run/lock/fleet 2>/dev/null; true").out.split()
-    assert found == [f"/etc/fleet/sb-secret/{unit}/secrets.env"]
-    modes = sb.ssh("h1", f"stat -c %a {found[0]}").out.strip()
-    assert modes == "600"
-    assert sb.ssh("h2", "ls /etc/fleet").out.split() == [], "each host has its own /etc/fleet"
-    logs = ok(fleet(sb, "logs", str(pb), "--tail", "50")).stdout
-    assert TOKEN not in logs
-    ok(fleet(sb, "down", str(pb), "-q"))
-    assert sb.ssh("h1", f"grep -rl {TOKEN} /etc/fleet; true").out.strip() == "", "down leaves no secret behind"
+# refusals
 
 
 def test_unknown_host_key_stops_up_before_anything_runs(sandbox_fleet: Sandbox, tmp_path: Path) -> None:
@@ -343,24 +342,6 @@ def test_unknown_host_key_stops_up_before_anything_runs(sandbox_fleet: Sandbox, 
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("fleet: error: h1: host key"), proc.stderr
     assert sb.ssh("h1", "test -e /etc/fleet/sb-hostkey || test -e /run/lock/fleet/sb-hostkey").rc == 1
-
-
-def test_unit_comes_back_after_its_dockerd_restarts(sandbox_fleet: Sandbox) -> None:
-    sb = sandbox_fleet
-    pb = PLAYBOOKS / "single.yaml"
-    unit = "fleet-sb-single-single0-r0"
-    up_json(sb, pb)
-    try:
-        _restart_dockerd(sb, "h1")
-        deadline = time.monotonic() + 60
-        while sb.ssh("h1", f"docker inspect -f '{{{{.State.Running}}}}' {unit}").out.strip() != "true":
-            assert time.monotonic() < deadline, "container did not come back"
-            time.sleep(0.5)
-        rows = status(sb, pb)
-        assert [r["state"] for r in rows] == ["running"]
-        assert [(u["outcome"]) for u in up_json(sb, pb)["units"]] == ["unchanged"]
-    finally:
-        ok(fleet(sb, "down", str(pb), "-q"))
 
 
 def _restart_dockerd(sb: Sandbox, name: str) -> None:
