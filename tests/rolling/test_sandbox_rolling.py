@@ -170,3 +170,26 @@ def test_rollback_then_failed_batch_halts_and_restores(replicas: tuple[Sandbox, 
     assert _registered(r) == {f"http://{sb.host(h).data_ip}:{PORT}": True for h in HOSTS}
     assert len(results) >= 300
     assert load.failures == [], load.failures[:5]
+
+
+def test_fleet_up_with_rolling_rollout_restarts_only_what_changed(replicas: tuple[Sandbox, Router]) -> None:
+    """After the halted rollout (h1, h2 on generation 2; h3, h4 on 1): `fleet up` of the v2
+    playbook, whose rollout is rolling, restarts h3 and h4 only, one at a time, under load."""
+    from launcher.rolling.roll import up_rolling
+
+    sb, r = replicas
+    load = LoadGen(r.url, workers=12, stream_every=3, stream_tokens=STREAM_TOKENS).start()
+    try:
+        target = load_target(str(V2), sb.inventory, None, ())
+        with SshConnector(KnownHosts.for_operator((sb.known_hosts,), trust_new=False)) as c:
+            report = up_rolling(target, c.connect, (RouterClient(r.url),), RollOptions(max_unavailable=1, drain_timeout_s=30))
+    finally:
+        results = load.stop(at_least=100)
+    assert report.errors == (), report.errors
+    assert [(g.group, g.batch, g.outcome, g.generation_after) for g in report.groups] == [
+        (GROUPS[0], 1, "unchanged", 2), (GROUPS[1], 2, "unchanged", 2),
+        (GROUPS[2], 3, "restarted", 2), (GROUPS[3], 4, "restarted", 2),
+    ]  # fmt: skip
+    assert _status(sb) == {h: ("running", "ok", 2) for h in HOSTS}
+    assert load.failures == [], load.failures[:5]
+    assert len(results) >= 100
