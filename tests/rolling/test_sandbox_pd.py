@@ -77,7 +77,12 @@ class _Snapshots(Recorder):
 def pd(sandbox_fleet: Sandbox, tmp_path_factory: pytest.TempPathFactory, logs_dir: Path) -> Iterator[tuple[Sandbox, str, Router]]:
     sb = sandbox_fleet
     inventory = _pd_inventory(sb, tmp_path_factory.mktemp("pd") / "inventory.yaml")
-    sandbox_router.ensure_venv()  # the playbook mounts its site-packages into the router unit
+    # The playbook mounts the router venv's site-packages (built for python3.11, the image's
+    # python) into the router unit.
+    python = sandbox_router.ensure_venv()
+    site = python.parent.parent / "lib" / "python3.11" / "site-packages"
+    if not (site / "sglang_router").is_dir():
+        pytest.skip(f"the PD test playbook mounts {site}, which has no sglang_router (router venv not python3.11)")
     # Real hosts each have their own /etc; sandbox hosts share this machine's.  The two cohorts
     # use the same unit names on different hosts, so each host gets its own /etc/fleet here.
     for h in OLD + SURGE:
