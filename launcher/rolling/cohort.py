@@ -33,7 +33,7 @@ from typing import Callable, Mapping, Sequence
 
 from launcher.config.patterns import select
 from launcher.deploy import lock, orchestrate
-from launcher.deploy.desired import Desired, from_rendered, groups as desired_groups, step_of
+from launcher.deploy.desired import Desired, from_rendered, groups as desired_groups, secrets_file, step_of
 from launcher.deploy.health import Verdict, gate
 from launcher.deploy.manifest import Manifest
 from launcher.deploy.orchestrate import Connect, Options, Session, Target, survey_host
@@ -119,7 +119,7 @@ def switch(
             f"regular mode whose workers are the cohorts' PD routers; clients send requests there)"
         )
     new_playbook, _ = surge_playbook(playbook, inventory, surge)
-    new = cohort_target(new_playbook, inventory, secret_flags if action == "restart" else None)
+    new = cohort_target(new_playbook, inventory, secret_flags)
     old_url, new_url = router_url(target), router_url(new)
     serving = [f for f in fronts if f.find(old_url) is not None]
     if not serving:
@@ -199,6 +199,9 @@ def _revive(new: Target, connect: Connect, options: RollOptions, progress: Progr
                             if prev is None:
                                 raise FleetError(f"{h}: {d.dir}/prev: no previous generation kept")
                             restore.swap(t, d.dir, (), prev)
+                            sf = secrets_file(d, new.secrets)  # retiring removed it; prev/ never keeps one
+                            if sf is not None:
+                                t.put(sf.path, sf.content, sf.mode)
                             progress.update(Event(host=h, unit=d.name, state="restoring", detail=f"generation {prev.generation}"))
                             for argv in restore.start_argvs(prev, d.dir):
                                 check(t, argv)
