@@ -34,6 +34,20 @@ def fleet(sb: Sandbox, *args: str, inventory: str | None = None, timeout: float 
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO, env=dict(os.environ))
 
 
+def deploy(sb: Sandbox, playbook: Path, inventory: str | None = None) -> None:
+    """``fleet up``'s library call (no preflight: the PD test's inventory declares GPUs the
+    sandbox's fake hardware does not report)."""
+    from launcher.cli.deploy import load_target
+    from launcher.deploy import orchestrate
+    from launcher.execute.hostkeys import KnownHosts
+    from launcher.execute.ssh import SshConnector
+
+    target = load_target(str(playbook), inventory or sb.inventory, None, ())
+    with SshConnector(KnownHosts.for_operator((sb.known_hosts,), trust_new=False)) as c:
+        report = orchestrate.up(target, c.connect, orchestrate.Options())
+    assert report.errors == (), report.errors
+
+
 def ok(proc: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
     assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return proc

@@ -27,7 +27,7 @@ from launcher.rolling.roll import RollOptions
 from launcher.rolling.router_api import RouterClient
 from launcher.sandbox import router as sandbox_router
 from launcher.sandbox.client import Sandbox
-from tests.rolling.conftest import Recorder, Router, fleet, ok, standin_events
+from tests.rolling.conftest import Recorder, Router, deploy, standin_events
 from tests.rolling.loadgen import LoadGen
 
 pytestmark = pytest.mark.sandbox
@@ -90,7 +90,7 @@ def pd(sandbox_fleet: Sandbox, tmp_path_factory: pytest.TempPathFactory, logs_di
         assert res.rc == 0, res.err
     front: Router | None = None
     try:
-        ok(fleet(sb, "up", str(V1), "-q", inventory=inventory))
+        deploy(sb, V1, inventory)
         front = Router(("--worker-urls", f"http://{sb.host('h8').data_ip}:38100"), logs_dir / "router-front.log")
         front.wait_workers(1)
         yield sb, inventory, front

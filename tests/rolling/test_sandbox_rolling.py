@@ -24,8 +24,8 @@ from tests.rolling.conftest import (
     Recorder,
     Router,
     container_id,
+    deploy,
     fleet,
-    ok,
     standin_events,
 )
 from tests.rolling.loadgen import LoadGen
@@ -63,7 +63,7 @@ def replicas(sandbox_fleet: Sandbox, logs_dir: Path) -> Iterator[tuple[Sandbox, 
     assert sb.ssh("h1", "rm -rf /etc/fleet/sb-roll").rc == 0
     for h in HOSTS:
         tag_v2(sb, h)
-    ok(fleet(sb, "up", str(V1), "-q"))
+    deploy(sb, V1)
     urls = [f"http://{sb.host(h).data_ip}:{PORT}" for h in HOSTS]
     r = Router(("--worker-urls", *urls), logs_dir / "router-single.log")
     try:
