@@ -18,6 +18,7 @@ import click
 from launcher.cli import cli
 from launcher.config.inventory import load_inventory
 from launcher.config.patterns import select
+from launcher import facts_cache
 from launcher.config.recipes import load_catalog
 from launcher.deploy import demo, orchestrate
 from launcher.deploy.desired import Desired, from_rendered, limit
@@ -43,7 +44,7 @@ def load_target(
     inventory = load_inventory(inventory_path)
     catalog = load_catalog()
     playbook = load_playbook(Path(playbook_path), catalog, inventory)
-    the_plan = plan(inventory, catalog, playbook)
+    the_plan = plan(inventory, catalog, playbook, facts_cache.load_facts(inventory))
     units = from_rendered(the_plan, render(the_plan))
     hosts = _claimed_hosts(playbook, inventory, units)
     if limit_pattern is not None:
@@ -129,12 +130,21 @@ def _print_report(report: Report, as_json: bool) -> None:
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @click.option("--break-lock", is_flag=True, help="Take the deploy lock even if another deploy holds it.")
 @click.option("--secret", "secrets", multiple=True, metavar="NAME[=@FILE|=env:VAR]", help="Secret source override.")
+@click.option("--skip-preflight", is_flag=True, help="Do not run the cheap preflight checks first.")
 def up_command(
     playbook: str, inventory_path: str, forks: int, trust_new_hosts: bool, known_hosts: tuple[str, ...],
     limit_pattern: str | None, check: bool, diff: bool, timeout_s: float | None, as_json: bool, quiet: bool,
-    break_lock: bool, secrets: tuple[str, ...],
+    break_lock: bool, secrets: tuple[str, ...], skip_preflight: bool,
 ) -> None:  # fmt: skip
-    """Bring PLAYBOOK's units up (idempotent: unchanged units are left alone)."""
+    """Bring PLAYBOOK's units up (idempotent: unchanged units are left alone).  The cheap
+    preflight checks run first (facts, GPUs, HCAs, GIDs, reachability, weights, ports) and stop
+    the deploy before anything starts when one fails; --skip-preflight opts out."""
+    if not skip_preflight:
+        # Before load_target: with gid_index auto, planning needs the facts the gate caches.
+        from launcher.cli.preflight import gate
+
+        with _connector(known_hosts, trust_new_hosts) as pre:
+            gate(playbook, inventory_path, pre, forks=forks, quiet=quiet or as_json)
     target = load_target(playbook, inventory_path, limit_pattern, secrets)
     options = Options(forks=forks, check=check, diff=diff, timeout_s=timeout_s, break_lock=break_lock)
     with ExitStack() as stack:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from launcher import facts_cache
 from launcher.cli import cli
 from launcher.config.inventory import load_inventory
 from launcher.config.recipes import Catalog, load_catalog
@@ -64,7 +65,7 @@ def plan_command(target: str, inventory_path: str, hosts: str | None, as_json: b
     """Show the units TARGET (a playbook file or a recipe id) would run, host by host."""
     inventory = load_inventory(inventory_path)
     catalog = load_catalog()
-    result = plan(inventory, catalog, _playbook(target, catalog, inventory, hosts))
+    result = plan(inventory, catalog, _playbook(target, catalog, inventory, hosts), facts_cache.load_facts(inventory))
     if as_json:
         data = to_jsonable(result)
         assert isinstance(data, dict)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import click
 
+from launcher import facts_cache
 from launcher.cli import cli
 from launcher.config.inventory import load_inventory
 from launcher.config.patterns import select
@@ -60,7 +61,7 @@ def render_command(target: str, inventory_path: str, hosts: str | None, output: 
     else:
         playbook = auto_playbook(catalog.get(target), inventory, hosts)
         keep = None
-    rendered = render(plan(inventory, catalog, playbook), runtime)
+    rendered = render(plan(inventory, catalog, playbook, facts_cache.load_facts(inventory)), runtime)
     chosen = [h for name, h in rendered.hosts.items() if keep is None or name in keep]
     if not chosen:
         raise UsageError(f"fleet render: --hosts {hosts}: no unit of {rendered.deployment} runs there")
