@@ -79,11 +79,13 @@ def surge_playbook(playbook: Playbook, inventory: Inventory, surge: Sequence[str
 
 def cohort_target(playbook: Playbook, inventory: Inventory, secret_flags: Sequence[str] | None) -> Target:
     """Load → plan → render for a (surge) playbook already in memory."""
+    from launcher import facts_cache
     from launcher.config.recipes import load_catalog
     from launcher.plan import plan
     from launcher.render import render
 
-    the_plan = plan(inventory, load_catalog(), playbook)
+    # As `fleet up` plans: with the facts preflight cached (gid_index auto needs them).
+    the_plan = plan(inventory, load_catalog(), playbook, facts_cache.load_facts(inventory))
     units = from_rendered(the_plan, render(the_plan))
     names = {d.host for d in units}
     hosts = tuple(h for h in inventory.hosts if h.name in names)

@@ -83,11 +83,11 @@ def pd(sandbox_fleet: Sandbox, tmp_path_factory: pytest.TempPathFactory, logs_di
     site = python.parent.parent / "lib" / "python3.11" / "site-packages"
     if not (site / "sglang_router").is_dir():
         pytest.skip(f"the PD test playbook mounts {site}, which has no sglang_router (router venv not python3.11)")
-    # Real hosts each have their own /etc; sandbox hosts share this machine's.  The two cohorts
-    # use the same unit names on different hosts, so each host gets its own /etc/fleet here.
+    # The two cohorts use the same unit names on different hosts: each sandbox host has its own
+    # /etc/fleet, as real hosts do.
     for h in OLD + SURGE:
-        res = sb.ssh(h, "mkdir -p /srv/etc-fleet && mount --bind /srv/etc-fleet /etc/fleet")
-        assert res.rc == 0, res.err
+        res = sb.ssh(h, "mountpoint -q /etc/fleet")
+        assert res.rc == 0, f"{h}: /etc/fleet is not the host's own (sandbox hostinit binds one per host)"
     front: Router | None = None
     try:
         deploy(sb, V1, inventory)
@@ -99,8 +99,7 @@ def pd(sandbox_fleet: Sandbox, tmp_path_factory: pytest.TempPathFactory, logs_di
             front.stop()
         # The sandbox goes at session end: remove this deployment's containers directly.
         for h in OLD + SURGE:
-            sb.ssh(h, "docker rm -f $(docker ps -aq --filter label=fleet.deployment=sb-roll-pd) >/dev/null 2>&1; "
-                      "umount /etc/fleet; true")  # fmt: skip
+            sb.ssh(h, "docker rm -f $(docker ps -aq --filter label=fleet.deployment=sb-roll-pd) >/dev/null 2>&1; true")
 
 
 def _target(inventory_path: str, playbook_path: Path, hosts: tuple[str, ...]) -> orchestrate.Target:
