@@ -131,10 +131,12 @@ def _print_report(report: Report, as_json: bool) -> None:
 @click.option("--break-lock", is_flag=True, help="Take the deploy lock even if another deploy holds it.")
 @click.option("--secret", "secrets", multiple=True, metavar="NAME[=@FILE|=env:VAR]", help="Secret source override.")
 @click.option("--skip-preflight", is_flag=True, help="Do not run the cheap preflight checks first.")
+@click.option("--router", "router_urls", multiple=True, metavar="URL",
+              help="Routers serving this deployment (rolling rollouts drain groups out of them).")
 def up_command(
     playbook: str, inventory_path: str, forks: int, trust_new_hosts: bool, known_hosts: tuple[str, ...],
     limit_pattern: str | None, check: bool, diff: bool, timeout_s: float | None, as_json: bool, quiet: bool,
-    break_lock: bool, secrets: tuple[str, ...], skip_preflight: bool,
+    break_lock: bool, secrets: tuple[str, ...], skip_preflight: bool, router_urls: tuple[str, ...],
 ) -> None:  # fmt: skip
     """Bring PLAYBOOK's units up (idempotent: unchanged units are left alone).  The cheap
     preflight checks run first (facts, GPUs, HCAs, GIDs, reachability, weights, ports) and stop
@@ -146,6 +148,17 @@ def up_command(
         with _connector(known_hosts, trust_new_hosts) as pre:
             gate(playbook, inventory_path, pre, forks=forks, quiet=quiet or as_json)
     target = load_target(playbook, inventory_path, limit_pattern, secrets)
+    from launcher.cli.rolling import is_rolling, run_rolling_up
+
+    if not check and is_rolling(playbook, inventory_path):
+        # rollout: rolling — changed groups restart in batches, drained out of their routers.
+        with ExitStack() as stack:
+            connector = stack.enter_context(_connector(known_hosts, trust_new_hosts))
+            progress = _progress(stack, quiet or as_json)
+            code = run_rolling_up(playbook, inventory_path, target, connector.connect, progress, forks=forks,
+                                  timeout_s=timeout_s, break_lock=break_lock, as_json=as_json,
+                                  router_urls=router_urls)
+        sys.exit(code)
     options = Options(forks=forks, check=check, diff=diff, timeout_s=timeout_s, break_lock=break_lock)
     with ExitStack() as stack:
         connector = stack.enter_context(_connector(known_hosts, trust_new_hosts))
