@@ -1,7 +1,7 @@
 """Golden plans: one JSON per catalog recipe (auto-placed on inventories/example.yaml) and per
 playbook under playbooks/.  ``UPDATE_GOLDEN=1 pytest tests/plan`` rewrites them; review the diff.
 
-A playbook is planned against inventories/example.yaml, except playbooks/sandbox/*.yaml: the
+A playbook is planned against inventories/example.yaml, except playbooks/{sandbox,bench}/*.yaml: the
 sandbox writes its inventory at ``fleet sandbox up``, so the harness plans them on the inventory
 a 15-host sandbox would write (h1..h15 with their fake-hardware profiles and the sandbox's SKU
 groups, addresses 198.18.0.11..25 -- never contacted).
@@ -64,7 +64,7 @@ def test_playbook_golden(path: Path) -> None:
     from launcher.config.playbook import load_playbook
 
     catalog, example = inputs()
-    inventory = sandbox_inventory() if path.parent.name == "sandbox" else example
+    inventory = sandbox_inventory() if path.parent.name in ("sandbox", "bench") else example
     rel = path.relative_to(ROOT).with_suffix("")
     compare("__".join(rel.parts), render(plan(inventory, catalog, load_playbook(path, catalog, inventory))))
 

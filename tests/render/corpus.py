@@ -28,5 +28,5 @@ def plan_for(plan_id: str) -> Plan:
         return auto_plan(plan_id.replace("__", "/"))
     catalog, example = inputs()
     path = ROOT.joinpath(*plan_id.split("__")).with_suffix(".yaml")
-    inventory = sandbox_inventory() if path.parent.name == "sandbox" else example
+    inventory = sandbox_inventory() if path.parent.name in ("sandbox", "bench") else example
     return plan(inventory, catalog, load_playbook(Path(path), catalog, inventory))
