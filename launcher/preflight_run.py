@@ -26,7 +26,7 @@ from typing import Callable, Mapping, Sequence
 from launcher import facts_cache, preflight
 from launcher.config.patterns import select
 from launcher.config.recipes import Catalog
-from launcher.errors import ExitCode, FleetError, PlanError, RemoteError, UnreachableError
+from launcher.errors import ExitCode, FleetError, HostKeyError, PlanError, RemoteError, UnreachableError
 from launcher.execute.fanout import DEFAULT_FORKS, Connector, Failed, FanoutResult, Ok, Unreachable, run_all
 from launcher.execute.transport import Result, Transport
 from launcher.facts import HostFacts, gather_script
@@ -103,6 +103,10 @@ def gather_facts(inventory: Inventory, hosts: Sequence[Host], connector: Connect
             entries[outcome.host.name] = outcome.value
             if cache:
                 facts_cache.store(inventory, outcome.value)
+        elif isinstance(outcome, Unreachable) and isinstance(outcome.error, HostKeyError):
+            # An unknown or changed host key is a refusal, not a flaky host: stop before
+            # anything runs anywhere, as every other command does (exit 2).
+            raise outcome.error
         else:
             unreachable[outcome.host.name] = outcome_reason(outcome)
     return FactsRound(entries=entries, unreachable=unreachable, order=tuple(h.name for h in hosts))
