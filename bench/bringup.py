@@ -7,7 +7,7 @@ pp2 alone, 11 with pd):
   pp2  Kimi TP8 PP2 over two hosts (h6, h7): 2 engine units, one restart group.
   pd   GLM 2P1D, TP8 PP2 per role (prefill h6-h9, decode h10-h11, two nodes per instance),
        mooncake transfer, sglang-router on h1: 7 units, 4 groups, 2 start steps.
-Hosts h6-h11 are retagged RTX-6000D in the bench's copy of the sandbox inventory (the GLM PD
+Hosts h9-h14 are retagged RTX-6000D in the bench's copy of the sandbox inventory (the GLM PD
 recipe needs that SKU; the hosts are the same stand-in hosts either way).
 
 Every engine stand-in delays its readiness by ``FLEET_STANDIN_START_DELAY`` (``--delay`` s,
@@ -52,8 +52,8 @@ SCENARIOS = {
     "pp2": REPO / "playbooks/bench/pp2.yaml",
     "pd": REPO / "playbooks/bench/pd-2p1d.yaml",
 }
-RTX_HOSTS = ("h6", "h7", "h8", "h9", "h10", "h11")
-HOSTS = {"pp2": 7, "pd": 11}  # sandbox hosts each scenario needs (h1..hN)
+RTX_HOSTS = ("h9", "h10", "h11", "h12", "h13", "h14")
+HOSTS = {"pp2": 7, "pd": 15}  # sandbox hosts each scenario needs (h1..hN)
 TARGETS = {"pp2": 1.0, "pd": 2.0}
 
 
@@ -63,7 +63,7 @@ def bench_inventory(st: Any, dest: Path) -> Path:
     for h in RTX_HOSTS:
         if h in hosts:
             hosts[h]["gpu_model"] = "RTX-6000D"
-    dest.write_text("# bench/bringup.py: the sandbox inventory, h6-h11 retagged RTX-6000D\n"
+    dest.write_text("# bench/bringup.py: the sandbox inventory, h9-h14 retagged RTX-6000D\n"
                     + yaml.safe_dump(doc, sort_keys=False))  # fmt: skip
     return dest
 
