@@ -6,7 +6,7 @@ Scenarios (``playbooks/bench/``), on one sandbox fleet with dockerd on every hos
 pp2 alone, 11 with pd):
   pp2  Kimi TP8 PP2 over two hosts (h6, h7): 2 engine units, one restart group.
   pd   GLM 2P1D, TP8 PP2 per role (prefill h9-h12, decode h13-h14, two nodes per instance),
-       mooncake transfer, sglang-router on h1: 7 units, 4 groups, 2 start steps.
+       mooncake transfer, sglang-router on h15: 7 units, 4 groups, 2 start steps.
 Hosts h9-h14 are retagged RTX-6000D in the bench's copy of the sandbox inventory (the GLM PD
 recipe needs that SKU; the hosts are the same stand-in hosts either way).
 
