@@ -3,7 +3,7 @@
     sudo python3 bench/rolling.py --groups 4 --runs 3 [--delay 2]
 
 Deployment: ``playbooks/bench/rolling.yaml``, R single-node replicas (one restart group each) of
-the engine stand-in on R sandbox hosts (dockerd on every host; h5, the Ascend host, is skipped),
+the engine stand-in on R of the sandbox's H100 hosts (h1-h4, h6-h8; dockerd on every host),
 each with a fixed start delay.  Per round, all measured as fresh ``fleet`` processes:
 
 * own time of each group: ``fleet restart PB --limit HOST --force`` (that group alone; --force
@@ -51,7 +51,7 @@ from _common import (  # noqa: E402
 )
 
 PLAYBOOK = REPO / "playbooks/bench/rolling.yaml"
-HOST_ORDER = ("h1", "h2", "h3", "h4", "h6", "h7", "h8", "h9", "h10", "h11", "h12", "h13")
+HOST_ORDER = ("h1", "h2", "h3", "h4", "h6", "h7", "h8")  # the sandbox's H100 hosts (h5: Ascend, h9+: RTX-6000D)
 
 
 def playbook(dest: Path, hosts: list[str], delay: float) -> Path:
