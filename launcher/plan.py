@@ -11,6 +11,9 @@ Placement (inventory order throughout, so ranks never depend on how a pattern is
   takes the first matched host with enough free GPUs that the instance does not use yet.
 - pd: prefill instances (replicas x nodes) then decode instances, first-fit the same way from
   their own patterns; GPUs are handed out from one pool, so two instances never share a GPU.
+- router: PD recipes always get one (PD mode).  A single or multinode playbook that places a
+  ``router`` gets one in regular mode over every instance's rank 0 (SGLang and vLLM engines); the
+  gateway, if any, then sends its traffic to the router instead of the instances.
 Ports: an instance's ports are the base ports plus the slot of its rank 0 on that host (the
 second instance on a host gets 30001, 20001, ...); the NIXL side channel steps by 8 because vLLM
 adds the DP rank to it.
@@ -615,22 +618,43 @@ def _infra_unit(
     )
 
 
-def _router_unit(sh: _Shared, host: Host, prefill: list[Unit], decode: list[Unit]) -> Unit:
-    def url(u: Unit) -> str:
-        assert u.health is not None
-        return u.health.url.rsplit("/", 1)[0]
+def _url(leader: Unit) -> str:
+    """An instance's HTTP base URL: its rank 0's health URL (data IP, instance port) without the path."""
+    assert leader.health is not None
+    return leader.health.url.rsplit("/", 1)[0]
 
+
+def _router_unit(sh: _Shared, host: Host, prefill: list[Unit], decode: list[Unit]) -> Unit:
     port = sh.ports["router"]
     if sh.recipe.engine == "sglang":
         metrics = sh.ports["router_metrics"]
         argv = router.sglang_pd_argv(
-            tuple((url(u), u.ports[BOOTSTRAP]) for u in prefill), tuple(url(u) for u in decode), port, metrics
+            tuple((_url(u), u.ports[BOOTSTRAP]) for u in prefill), tuple(_url(u) for u in decode), port, metrics
         )
         ports = {"router": port, "router_metrics": metrics}
     else:
-        argv = router.vllm_pd_argv(tuple(url(u) for u in prefill), tuple(url(u) for u in decode), port)
+        argv = router.vllm_pd_argv(tuple(_url(u) for u in prefill), tuple(_url(u) for u in decode), port)
         ports = {"router": port}
     wants = tuple(u.name for u in (*prefill, *decode))
+    return _infra_unit(sh, "router", host, argv, ports, "/health", port, 2, wants, sh.image)
+
+
+def _regular_router_unit(sh: _Shared, host: Host, leaders: list[Unit]) -> Unit:
+    """The router of a single or multinode playbook: regular mode over every instance's rank 0."""
+    placement = sh.playbook.placement["router"]
+    builders = {"sglang": router.sglang_argv, "vllm": router.vllm_argv}
+    build = builders.get(sh.recipe.engine)
+    if build is None:
+        raise PlanError(
+            placement.source,
+            f"a router in front of {sh.recipe.engine} instances is not supported: fleet knows the router "
+            f"flags of sglang and vllm engines only; remove the router placement",
+            "placement/router",
+        )
+    port, metrics = sh.ports["router"], sh.ports["router_metrics"]
+    argv = build(tuple(_url(u) for u in leaders), port, metrics)
+    ports = {"router": port, "router_metrics": metrics}
+    wants = tuple(u.name for u in leaders)
     return _infra_unit(sh, "router", host, argv, ports, "/health", port, 2, wants, sh.image)
 
 
@@ -742,6 +766,12 @@ def plan(
         r = _router_unit(
             sh, host, [u for u in leaders if u.role == "prefill"], [u for u in leaders if u.role == "decode"]
         )
+        units.append(r)
+        upstreams = (f"{network.data_ip(host)}:{ports['router']}",)
+        gw_default, gw_wants = host, (r.name,)
+    elif "router" in playbook.placement:
+        host = _infra_host("router", playbook, inventory, first)
+        r = _regular_router_unit(sh, host, leaders)
         units.append(r)
         upstreams = (f"{network.data_ip(host)}:{ports['router']}",)
         gw_default, gw_wants = host, (r.name,)

@@ -1,11 +1,13 @@
-"""Request routing in front of the engines: the PD router and the gateway.
+"""Request routing in front of the engines: the PD router, the regular router and the gateway.
 
 Contract: pure builders.  SGLang PD uses ``sglang_router.launch_router --pd-disaggregation``
 (the router tells prefill and decode each request's bootstrap address).  vLLM PD uses
 ``vllm-router --vllm-pd-disaggregation``: vLLM's KV connectors need the two-stage request flow
 (prefill with ``max_tokens=1`` then decode, one request id) that vllm-router implements over HTTP;
 sglang-router only drives vLLM workers over gRPC, which the catalog's ``vllm serve`` units do not
-start.  The gateway is openresty with one generated server block (:func:`gateway_conf`).
+start.  In front of non-PD instances the same two routers run in regular mode (``--worker-urls``,
+the routers' default cache-aware policy).  The gateway is openresty with one generated server
+block (:func:`gateway_conf`).
 """
 
 from __future__ import annotations
@@ -42,6 +44,24 @@ def vllm_pd_argv(prefill: tuple[str, ...], decode: tuple[str, ...], port: int) -
         out += ["--decode", url]
     out += ["--host", "0.0.0.0", "--port", str(port)]
     return tuple(out)
+
+
+def sglang_argv(workers: tuple[str, ...], port: int, metrics_port: int) -> tuple[str, ...]:
+    """Regular mode over ``workers`` (every instance's rank-0 URL, all after one ``--worker-urls``)."""
+    return (
+        *SGLANG_ROUTER, "--worker-urls", *workers,
+        "--host", "0.0.0.0", "--port", str(port), "--prometheus-port", str(metrics_port),
+    )  # fmt: skip
+
+
+def vllm_argv(workers: tuple[str, ...], port: int, metrics_port: int) -> tuple[str, ...]:
+    """Regular mode over ``workers``, as :func:`sglang_argv`.  vllm-router binds its HTTP and
+    Prometheus listeners to 127.0.0.1 unless told otherwise; both must be reachable from the
+    clients and the scraper on other hosts."""
+    return (
+        *VLLM_ROUTER, "--worker-urls", *workers, "--host", "0.0.0.0", "--port", str(port),
+        "--prometheus-host", "0.0.0.0", "--prometheus-port", str(metrics_port),
+    )  # fmt: skip
 
 
 def gateway_conf(deployment: str, route: str, upstreams: tuple[str, ...], port: int) -> str:
