@@ -4,15 +4,26 @@ A group is healthy when every rank's container/process is alive AND rank 0 (ever
 health check) answers its endpoint, probed from its own host over the open connection.  A rank
 that has exited, is restarting, or has restarted since it was started fails the whole group at
 once; so does the deadline (the unit's ``HealthCheck.timeout_s``, the recipe's measured start-up,
-unless overridden).  Polls back off from a quarter second to the check's interval.
+unless overridden).
+
+How it watches: in rounds.  Each round runs one remote wait per host with pending units
+(:mod:`launcher.deploy.wait`: the host probes its own endpoints every ``WAIT_STEP_S`` and returns
+as soon as all its units are healthy or one is dead, else after at most ``WINDOW_S``, never past
+the nearest deadline by more than a second); then every pending group is judged on what the
+hosts reported.  So readiness is seen within about a step of happening, at one exec per host per
+round.  The waits of a round run on every pending host at once: they are idle while they wait,
+and ``forks`` bounds work, not waiting.  A round that comes back in less than a step is padded
+to one step, so hosts answering at once cannot spin the gate.
 
 Contract: :func:`gate` returns, per group, None (healthy) or the one-line error; it never stops
-or removes anything (the caller tears failed groups down).  Transports are only used by the
-thread handling their host.
+or removes anything (the caller tears failed groups down).  A host whose wait fails (unreachable,
+timed out, an unreadable answer) fails the groups with units on it, with an error naming the
+host.  Transports are only used by the thread handling their host, one wait at a time.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
@@ -20,14 +31,16 @@ from typing import Callable, Mapping, Sequence
 from launcher.deploy.desired import Desired
 from launcher.deploy.fan import each
 from launcher.deploy.remote import STEP_TIMEOUT_S, show
-from launcher.deploy.steps import NO_PROBE_TOOL, Liveness, logs_argv, parse_log, probe_argv, run_liveness
-from launcher.errors import FleetError, RemoteError
+from launcher.deploy.steps import Liveness, logs_argv, parse_log
+from launcher.deploy.wait import Seen, run_wait
+from launcher.errors import FleetError
 from launcher.execute.transport import Transport
 from launcher.output import Event, Progress
 
 DEFAULT_TIMEOUT_S = 600.0  # units without a health check of their own still get a deadline
-FIRST_POLL_S = 0.25
 PROBE_TIMEOUT_S = 5
+WAIT_STEP_S = 0.15  # how often a host probes its own endpoints while it waits
+WINDOW_S = 3  # longest wait per round: progress, deadlines and other hosts' news are seen by then
 
 
 class HealthError(FleetError):
@@ -62,19 +75,19 @@ def gate(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Verdict]:
-    """Polls every pending group until each is healthy or failed."""
+    """Watches every pending group, in rounds, until each is healthy or failed."""
     start = clock()
     deadlines = {g: start + deadline_s(units, timeout_override) for g, units in groups.items()}
     verdicts: dict[str, Verdict] = {}
-    interval = FIRST_POLL_S
-    max_interval = min((d.unit.health.interval_s for us in groups.values() for d in us if d.unit.health), default=2.0)
     while len(verdicts) < len(groups):
         pending = {g: us for g, us in groups.items() if g not in verdicts}
         by_host: dict[str, list[Desired]] = {}
         for units in pending.values():
             for d in units:
                 by_host.setdefault(d.host, []).append(d)
-        observed = each(sorted(by_host), lambda h: _observe(transports[h], by_host[h]), forks)
+        began = clock()
+        window = max(1, min(WINDOW_S, math.ceil(min(deadlines[g] for g in pending) - began)))
+        observed = _wait_all(transports, by_host, window, forks)
         now = clock()
         for g, units in pending.items():
             verdict = _judge(units, observed, expired=now >= deadlines[g], waited=now - start)
@@ -88,36 +101,22 @@ def gate(
             else:
                 for d in units:
                     progress.update(Event(host=d.host, unit=d.name, state="waiting", detail=f"{now - start:.0f}s"))
-        if len(verdicts) < len(groups):
-            sleep(interval)
-            interval = min(interval * 1.6, max_interval)
+        if len(verdicts) < len(groups) and now - began < WAIT_STEP_S:
+            sleep(WAIT_STEP_S - (now - began))
     return verdicts
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Seen:
-    live: Mapping[str, Liveness]
-    probes: Mapping[str, bool]  # unit name -> its endpoint answered 2xx
+def _wait_all(
+    transports: Mapping[str, Transport], by_host: Mapping[str, Sequence[Desired]], window_s: int, forks: int
+) -> dict[str, Seen | FleetError]:
+    def wait(h: str) -> Seen:
+        return run_wait(transports[h], by_host[h], window_s=window_s, step_s=WAIT_STEP_S, probe_timeout_s=PROBE_TIMEOUT_S)
 
-
-def _observe(transport: Transport, units: Sequence[Desired]) -> _Seen:
-    live: dict[str, Liveness] = {}
-    for runtime in ("docker", "systemd"):
-        names = [d.name for d in units if d.unit.runtime == runtime]
-        live.update(run_liveness(transport, runtime, names))
-    probes: dict[str, bool] = {}
-    for d in units:
-        if d.unit.health is not None and live[d.name].state == "running":
-            argv = probe_argv(d.unit.health.url, PROBE_TIMEOUT_S)
-            result = transport.run(argv, timeout=PROBE_TIMEOUT_S + STEP_TIMEOUT_S)
-            if result.exit_status == NO_PROBE_TOOL:
-                raise RemoteError(transport.host, show(argv[:1]), NO_PROBE_TOOL, result.stderr_text)
-            probes[d.name] = result.ok
-    return _Seen(live=live, probes=probes)
+    return each(sorted(by_host), wait, max(forks, len(by_host)))
 
 
 def _judge(
-    units: Sequence[Desired], observed: Mapping[str, _Seen | FleetError], *, expired: bool, waited: float
+    units: Sequence[Desired], observed: Mapping[str, Seen | FleetError], *, expired: bool, waited: float
 ) -> Verdict | None:
     for d in units:
         seen = observed[d.host]
@@ -130,14 +129,14 @@ def _judge(
             return Verdict(error=_UnitDied(d, f"{how} while its group was starting ({code})"))
     seen_all = [(d, observed[d.host]) for d in units]
     healthy = all(
-        isinstance(s, _Seen) and s.live[d.name].state == "running" and s.probes.get(d.name, d.unit.health is None)
+        isinstance(s, Seen) and s.live[d.name].state == "running" and s.probes.get(d.name, d.unit.health is None)
         for d, s in seen_all
     )
     if healthy:
         return Verdict(healthy=True)
     if expired:
         waiting = next(
-            (d for d, s in seen_all if isinstance(s, _Seen) and not s.probes.get(d.name, d.unit.health is None)),
+            (d for d, s in seen_all if isinstance(s, Seen) and not s.probes.get(d.name, d.unit.health is None)),
             units[0],
         )
         what = f"not healthy at {waiting.unit.health.url}" if waiting.unit.health else "not running"
@@ -156,7 +155,7 @@ class _UnitDied(HealthError):
 def _with_logs(
     verdict: Verdict,
     units: Sequence[Desired],
-    observed: Mapping[str, _Seen | FleetError],
+    observed: Mapping[str, Seen | FleetError],
     transports: Mapping[str, Transport],
 ) -> Verdict:
     """Adds the failing unit's last log lines (one extra round trip, on failure only)."""

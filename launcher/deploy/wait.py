@@ -1,0 +1,201 @@
+"""One host's side of the health gate: a single exec that watches that host's units until
+something the gate cares about happens, then reports what it last saw.
+
+The remote loop (a fixed POSIX ``sh`` script; unit names and URLs travel as positional
+parameters) probes every unit with a health check every ``step_s`` from the host itself (curl,
+else wget, else python3) and reads liveness (``docker inspect`` / ``systemctl show``) every
+fourth step, at once when every probe answers, and at the end.  It returns as soon as every
+unit is running with its probes answering, or any unit is exited, missing, restarting or has
+restarted, or after ``window_s`` (whole seconds, give or take one: the host's ``date +%s``).
+
+Contract: :func:`run_wait` is one round trip and never judges a group: it returns a
+:class:`Seen` (liveness parsed by :func:`launcher.deploy.steps.parse_liveness`, probe results)
+or raises a :class:`FleetError` whose one-line message names the host -- no probe tool
+(exit 127, as a lone probe would), docker daemon down, ``systemctl show`` failing, an answer
+that is not a report, or the exec outliving ``window_s`` plus the probes' and a step's timeout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from launcher.deploy.desired import Desired
+from launcher.deploy.remote import STEP_TIMEOUT_S, sh, tail
+from launcher.deploy.steps import _DOCKER_FMT, NO_PROBE_TOOL, Liveness, parse_liveness, service
+from launcher.errors import FleetError, RemoteError
+from launcher.execute.transport import CommandTimeout, Result, Transport
+from launcher.model import Runtime
+
+MARK = "fleet-wait:"
+LABEL = "health wait"  # how the exec is named in errors (the script itself is long)
+_SYSTEMCTL = "systemctl show: "
+
+# $1 window (s), $2 step (s), $3 probe timeout (s), $4 docker format; then one triple per unit:
+# runtime ("docker"/"systemd"), docker name or systemd service, health URL ("" for none).
+# IFS is a newline and globbing is off, so the name lists expand to exactly one word per name.
+_WAIT = r"""w=$1 step=$2 pt=$3 fmt=$4; shift 4
+nl='
+'
+IFS=$nl; set -f
+dn= sn= n=0 url= k=0 rt=
+for a; do
+  case $k in
+  0) rt=$a ;;
+  1) if [ "$rt" = docker ]; then dn=$dn$a$nl; else sn=$sn$a$nl; fi; n=$((n+1)) ;;
+  2) if [ -z "$url" ]; then url=$a; fi ;;
+  esac
+  k=$(((k+1)%3))
+done
+tool=
+if [ -n "$url" ]; then
+  for t in curl wget python3; do
+    if command -v "$t" >/dev/null 2>&1; then tool=$t; break; fi
+  done
+  if [ -z "$tool" ]; then echo "none of curl, wget, python3 on this host to probe $url" >&2; exit 127; fi
+fi
+probe() {
+  case $tool in
+  curl) curl -fsS -o /dev/null -m "$pt" "$1" ;;
+  wget) wget -q -O /dev/null -T "$pt" "$1" ;;
+  *) python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=float(sys.argv[2]))' "$1" "$pt" ;;
+  esac >/dev/null 2>&1
+}
+probes() {
+  ok=1 res= i=0
+  while [ "$#" -ge 3 ]; do
+    if [ -n "$3" ]; then
+      if probe "$3"; then r=1; else r=0 ok=0; fi
+      res="${res}fleet-wait:probe $i $r$nl"
+    fi
+    i=$((i+1)); shift 3
+  done
+}
+live() {
+  bad=0 up=0 seen=0 dout= sout=
+  if [ -n "$dn" ]; then
+    dout=$(docker inspect --type container -f "$fmt" $dn 2>&1)
+    for line in $dout; do
+      case $line in
+      /*"|running|"*"|0") up=$((up+1)) seen=$((seen+1)) ;;
+      /*"|created|"*"|0") seen=$((seen+1)) ;;
+      /*) bad=1 seen=$((seen+1)) ;;
+      esac
+    done
+  fi
+  if [ -n "$sn" ]; then
+    sout=$(systemctl show --property=Id,ActiveState,SubState,ExecMainStatus,NRestarts,LoadState $sn 2>&1) || {
+      st=$?; printf 'systemctl show: %s\n' "$sout" >&2; exit "$st"; }
+    for line in $sout; do
+      case $line in
+      ActiveState=active) up=$((up+1)) seen=$((seen+1)) ;;
+      ActiveState=activating) seen=$((seen+1)) ;;
+      ActiveState=*) bad=1 seen=$((seen+1)) ;;
+      SubState=auto-restart|LoadState=not-found) bad=1 ;;
+      NRestarts=|NRestarts=0) ;;
+      NRestarts=*) bad=1 ;;
+      esac
+    done
+  fi
+  if [ "$seen" -lt "$n" ]; then bad=1; fi
+}
+end=$(($(date +%s)+w)) i=0
+while :; do
+  probes "$@"
+  last=0
+  if [ "$(date +%s)" -ge "$end" ]; then last=1; fi
+  if [ "$ok" = 1 ] || [ "$last" = 1 ] || [ $((i%4)) = 0 ]; then
+    live
+    if [ "$bad" = 1 ] || [ "$last" = 1 ] || { [ "$ok" = 1 ] && [ "$up" = "$n" ]; }; then break; fi
+  fi
+  sleep "$step" 2>/dev/null || sleep 1
+  i=$((i+1))
+done
+printf 'fleet-wait:docker\n%s\nfleet-wait:systemd\n%s\n%sfleet-wait:end\n' "$dout" "$sout" "$res"
+"""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Seen:
+    """What one host's wait saw last."""
+
+    live: Mapping[str, Liveness]
+    probes: Mapping[str, bool]  # unit name -> its endpoint answered 2xx (units with a check)
+
+
+def wait_argv(units: Sequence[Desired], *, window_s: int, step_s: float, probe_timeout_s: int) -> tuple[str, ...]:
+    args: list[str] = []
+    for d in units:
+        name = d.name if d.unit.runtime == "docker" else service(d.name)
+        if "\n" in name or (d.unit.health is not None and "\n" in d.unit.health.url):
+            raise ValueError(f"newline in unit name or health URL of {d.name!r}")
+        args += [d.unit.runtime, name, d.unit.health.url if d.unit.health else ""]
+    return sh(_WAIT, str(window_s), f"{step_s:g}", str(probe_timeout_s), _DOCKER_FMT, *args)
+
+
+def run_wait(
+    transport: Transport, units: Sequence[Desired], *, window_s: int, step_s: float, probe_timeout_s: int
+) -> Seen:
+    """Waits on ``units`` (all on ``transport``'s host); see the module docstring."""
+    argv = wait_argv(units, window_s=window_s, step_s=step_s, probe_timeout_s=probe_timeout_s)
+    probing = sum(1 for d in units if d.unit.health is not None)
+    timeout = window_s + probing * probe_timeout_s + STEP_TIMEOUT_S
+    try:
+        result = transport.run(argv, timeout=timeout)
+    except CommandTimeout:
+        raise CommandTimeout(transport.host, LABEL, timeout) from None
+    return parse_wait(units, result)
+
+
+class UnreadableWait(FleetError):
+    """A host's wait answered something that is not a report."""
+
+
+def parse_wait(units: Sequence[Desired], result: Result) -> Seen:
+    host = result.host
+    if result.exit_status == NO_PROBE_TOOL:
+        raise RemoteError(host, "sh", NO_PROBE_TOOL, result.stderr_text)
+    if not result.ok:
+        err = tail(result.stderr_text)
+        if err.startswith(_SYSTEMCTL):
+            raise RemoteError(host, _SYSTEMCTL.rstrip(": "), result.exit_status, err.removeprefix(_SYSTEMCTL))
+        raise RemoteError(host, LABEL, result.exit_status, err or tail(result.stdout_text))
+    text: dict[str, list[str]] = {"docker": [], "systemd": []}
+    probes: dict[str, bool] = {}
+    section: list[str] | None = None
+    ended = False
+    for line in result.stdout_text.splitlines():
+        if not line.startswith(MARK):
+            if section is not None:
+                section.append(line)
+            continue
+        word = line.removeprefix(MARK)
+        if word in text:
+            section = text[word]
+        elif word == "end":
+            ended = True
+            break
+        else:
+            kind, _, rest = word.partition(" ")
+            index, _, answered = rest.partition(" ")
+            if kind != "probe" or not index.isdigit() or int(index) >= len(units) or answered not in ("0", "1"):
+                raise _unreadable(host, line)
+            probes[units[int(index)].name] = answered == "1"
+    if not ended:
+        raise _unreadable(host, result.stdout_text)
+    docker_out = "\n".join(text["docker"])
+    if "Cannot connect to the Docker daemon" in docker_out:
+        raise RemoteError(host, "docker inspect", result.exit_status, docker_out.strip().splitlines()[-1])
+    outs: dict[Runtime, str] = {"docker": docker_out, "systemd": "\n".join(text["systemd"])}
+    live: dict[str, Liveness] = {}
+    for runtime, out in outs.items():
+        names = [d.name for d in units if d.unit.runtime == runtime]
+        if names:
+            live.update(parse_liveness(runtime, names, out))
+    return Seen(live=live, probes=probes)
+
+
+def _unreadable(host: str, text: str) -> UnreadableWait:
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    shown = first if len(first) <= 80 else first[:77] + "..."
+    return UnreadableWait(f"{host}: {LABEL}: unreadable answer ({shown!r})" if shown else f"{host}: {LABEL}: empty answer")
