@@ -166,7 +166,7 @@ def test_every_playbook_router_argv_passes_the_router_parser(path: Path) -> None
 
 def test_the_example_playbooks_place_a_regular_router() -> None:
     catalog, example = inputs()
-    path = ROOT / "playbooks" / "single-qwen-router-h100.yaml"
+    path = ROOT / "playbooks" / "router" / "single-qwen-h100.yaml"
     r = router_of(plan(example, catalog, load_playbook(path, catalog, example)).units)
     assert r.host == "ctl-01" and "--pd-disaggregation" not in r.argv
     assert r.argv.count("--worker-urls") == 1 and len(r.wants) == 8
