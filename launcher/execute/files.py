@@ -144,7 +144,7 @@ def run_batch(
     err = marker.split(result.stderr)
     outs, tags = out[0::2], [m.decode() for m in out[1::2]]
     errs = err[0::2]
-    results = []
+    results: list[Result] = []
     for i, tag in enumerate(tags):
         kind, _, rest = tag.partition(" ")
         if kind != "step":
