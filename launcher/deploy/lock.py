@@ -21,7 +21,7 @@ import uuid
 
 from launcher.deploy.remote import STEP_TIMEOUT_S, check, failure, sh
 from launcher.errors import FleetError
-from launcher.execute.transport import Transport
+from launcher.execute.transport import Result, Transport
 
 LOCK_ROOT = "/run/lock/fleet"
 
@@ -58,13 +58,25 @@ def owner_line() -> str:
     return f"{getpass.getuser()}@{socket.gethostname()} pid={os.getpid()} time={now} id={uuid.uuid4().hex[:12]}"
 
 
-def acquire(shell: Transport, deployment: str, owner: str) -> None:
-    argv = sh(_ACQUIRE, LOCK_ROOT, lock_dir(deployment), owner)
-    result = shell.run(argv, timeout=STEP_TIMEOUT_S)
+def acquire_argv(deployment: str, owner: str) -> tuple[str, ...]:
+    return sh(_ACQUIRE, LOCK_ROOT, lock_dir(deployment), owner)
+
+
+def break_argv(deployment: str) -> tuple[str, ...]:
+    """Removes the lock whoever holds it; prints the previous owner line (nothing: no lock)."""
+    return sh(_BREAK, lock_dir(deployment))
+
+
+def acquired(result: Result, deployment: str) -> None:
+    """Judges the answer to :func:`acquire_argv`: returns if the lock is now ours."""
     if result.exit_status == _HELD:
-        raise LockedError(shell.host, deployment, result.stdout_text.strip() or "(no owner file)")
+        raise LockedError(result.host, deployment, result.stdout_text.strip() or "(no owner file)")
     if not result.ok:
         raise failure(result, f"mkdir {lock_dir(deployment)}")
+
+
+def acquire(shell: Transport, deployment: str, owner: str) -> None:
+    acquired(shell.run(acquire_argv(deployment, owner), timeout=STEP_TIMEOUT_S), deployment)
 
 
 def release(shell: Transport, deployment: str, owner: str) -> None:
@@ -73,5 +85,5 @@ def release(shell: Transport, deployment: str, owner: str) -> None:
 
 def break_lock(shell: Transport, deployment: str) -> str | None:
     """Removes the lock whoever holds it; returns the previous owner line (None: no lock)."""
-    out = check(shell, sh(_BREAK, lock_dir(deployment)), label=f"rm -rf {lock_dir(deployment)}")
+    out = check(shell, break_argv(deployment), label=f"rm -rf {lock_dir(deployment)}")
     return out.strip() or None

@@ -26,13 +26,18 @@ from launcher.deploy.diff import file_diff
 from launcher.deploy.fan import each, first_error
 from launcher.deploy.health import Verdict, gate
 from launcher.deploy.manifest import Manifest, dumps, parse
-from launcher.deploy.remote import STEP_TIMEOUT_S, check
+from launcher.deploy.remote import STEP_TIMEOUT_S, check, failure, show
 from launcher.deploy.steps import (
+    MISSING,
     Liveness,
     ensure_image,
     hold_argv,
+    images_argv,
+    liveness_argv,
+    liveness_from,
     manifest_path,
     parse_files,
+    parse_images,
     read_files_argv,
     read_manifests_argv,
     remove_argv,
@@ -41,7 +46,9 @@ from launcher.deploy.steps import (
     stop_argv,
 )
 from launcher.errors import ExitCode, FleetError, HostKeyError, UnreachableError
-from launcher.execute.transport import Transport
+from launcher.execute.files import DEFAULT_TIMEOUT_S as FILES_TIMEOUT_S
+from launcher.execute.files import Put, Step, run_batch, write_files
+from launcher.execute.transport import Result, Transport
 from launcher.model import Host, Runtime
 from launcher.output import Event, Progress, QuietProgress, mask
 from launcher.render import FLEET_ROOT, MANIFEST_FILE, SECRETS_FILE, STOP_TIMEOUT_S
@@ -108,10 +115,12 @@ class Report:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Survey:
-    """What runs on one host: this deployment's manifests (of this host only) and liveness."""
+    """What runs on one host: this deployment's manifests (of this host only), liveness, and
+    (when asked for) which of the planned units' images are present."""
 
     manifests: Mapping[str, Manifest]
     live: Mapping[str, Liveness]
+    images: Mapping[str, bool] = field(default_factory=dict)  # image -> present
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -199,18 +208,56 @@ class Session:
 
 
 def survey_host(t: Transport, host: str, deployment: str, units: Sequence[Desired]) -> Survey:
-    out = check(t, read_manifests_argv(deployment_dir(deployment)), label=f"cat {deployment_dir(deployment)}/*/manifest.json")
-    manifests: dict[str, Manifest] = {}
-    for line in out.splitlines():
-        m = parse(line) if line.strip() else None
-        if m is not None and m.host == host and m.deployment == deployment:
-            manifests[m.unit] = m
-    runtimes: dict[str, Runtime] = {m.unit: m.runtime for m in manifests.values()}
-    runtimes.update({d.name: d.unit.runtime for d in units if d.host == host})
-    live: dict[str, Liveness] = {}
-    for rt in ("docker", "systemd"):
-        live.update(run_liveness(t, rt, sorted(n for n, r in runtimes.items() if r == rt)))
-    return Survey(manifests=manifests, live=live)
+    """One round trip (two when manifests name units not planned here: their liveness by the
+    runtime they were deployed with)."""
+    ask = _SurveyAsk.of(host, units, images=False)
+    return ask.survey(t, deployment, run_batch(t, ask.steps(deployment), timeout=STEP_TIMEOUT_S))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _SurveyAsk:
+    """The survey's commands for one host, and how to read their answers."""
+
+    host: str
+    names: Mapping[Runtime, tuple[str, ...]]  # planned units by (planned) runtime
+    images: tuple[str, ...]
+
+    @classmethod
+    def of(cls, host: str, units: Sequence[Desired], images: bool) -> _SurveyAsk:
+        mine = [d for d in units if d.host == host]
+        names = {rt: tuple(sorted(d.name for d in mine if d.unit.runtime == rt)) for rt in _RUNTIMES}
+        wanted = tuple(sorted({d.image for d in mine if d.image is not None})) if images else ()
+        return cls(host=host, names=names, images=wanted)
+
+    def steps(self, deployment: str) -> list[Step]:
+        ddir = deployment_dir(deployment)
+        out = [Step(argv=read_manifests_argv(ddir), label=f"cat {ddir}/*/manifest.json")]
+        out += [Step(argv=liveness_argv(rt, self.names[rt]), label=f"{rt} liveness") for rt in _RUNTIMES if self.names[rt]]
+        if self.images:
+            out.append(Step(argv=images_argv(self.images), label="docker image inspect"))
+        return out
+
+    def survey(self, t: Transport, deployment: str, results: Sequence[Result]) -> Survey:
+        answers = iter(results)
+        read = next(answers)
+        if not read.ok:
+            raise failure(read, read.command)
+        manifests: dict[str, Manifest] = {}
+        for line in read.stdout_text.splitlines():
+            m = parse(line) if line.strip() else None
+            if m is not None and m.host == self.host and m.deployment == deployment:
+                manifests[m.unit] = m
+        live: dict[str, Liveness] = {}
+        for rt in _RUNTIMES:
+            if self.names[rt]:
+                live.update(liveness_from(next(answers), rt, self.names[rt]))
+        images = parse_images(next(answers).stdout_text) if self.images else {}
+        for rt in _RUNTIMES:
+            live.update(run_liveness(t, rt, sorted(m.unit for m in manifests.values() if m.unit not in live and m.runtime == rt)))
+        return Survey(manifests=manifests, live=live, images=images)
+
+
+_RUNTIMES: tuple[Runtime, ...] = ("docker", "systemd")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -224,14 +271,16 @@ def up(target: Target, connect: Connect, options: Options, progress: Progress = 
         session.require_all()
         if options.check:
             return _check(target, session, options)
-        _take_locks(session, host_names, target.deployment, owner, options.break_lock)
+        surveys = lock_and_survey(target, session, host_names, owner, options.break_lock, images=True)
         try:
-            return _apply(target, session, options, progress, owner)
+            return _apply(target, session, options, progress, owner, surveys)
         finally:
             session.run(host_names, lambda h, t: lock.release(t, target.deployment, owner))
 
 
-def _take_locks(session: Session, hosts: Sequence[str], deployment: str, owner: str, force: bool) -> None:
+def take_locks(session: Session, hosts: Sequence[str], deployment: str, owner: str, force: bool) -> None:
+    """The deploy lock on every host (``force``: broken first), or none: on any failure the
+    locks taken are released and the first error raised."""
     def take(h: str, t: Transport) -> None:
         if force:
             lock.break_lock(t, deployment)
@@ -245,7 +294,7 @@ def _take_locks(session: Session, hosts: Sequence[str], deployment: str, owner: 
         raise err
 
 
-def _survey_all(target: Target, session: Session, hosts: Sequence[str]) -> dict[str, Survey]:
+def survey_all(target: Target, session: Session, hosts: Sequence[str]) -> dict[str, Survey]:
     results = session.run(hosts, lambda h, t: survey_host(t, h, target.deployment, target.units))
     err = first_error(results)
     if err is not None:
@@ -253,11 +302,39 @@ def _survey_all(target: Target, session: Session, hosts: Sequence[str]) -> dict[
     return {h: s for h, s in results.items() if isinstance(s, Survey)}
 
 
+def lock_and_survey(
+    target: Target, session: Session, hosts: Sequence[str], owner: str, force: bool, *, images: bool
+) -> dict[str, Survey]:
+    """:func:`take_locks` and :func:`survey_all` in one round trip per host (the survey runs
+    only where the lock was taken); ``images``: also which planned images each host has.
+    On any failure the locks taken are released; a lock error is raised before a survey error."""
+    dep = target.deployment
+    taken: set[str] = set()
+
+    def one(h: str, t: Transport) -> Survey:
+        ask = _SurveyAsk.of(h, target.units, images)
+        steps = [Step(argv=lock.break_argv(dep), label=f"rm -rf {lock.lock_dir(dep)}")] if force else []
+        steps.append(Step(argv=lock.acquire_argv(dep, owner), label=f"mkdir {lock.lock_dir(dep)}"))
+        results = run_batch(t, [*steps, *ask.steps(dep)], timeout=STEP_TIMEOUT_S)
+        if force and not results[0].ok:
+            raise failure(results[0], results[0].command)
+        lock.acquired(results[len(steps) - 1], dep)
+        taken.add(h)
+        return ask.survey(t, dep, results[len(steps):])
+
+    results = session.run(hosts, one)
+    errors = {h: r for h, r in results.items() if isinstance(r, FleetError)}
+    if errors:
+        session.run(sorted(taken), lambda h, t: lock.release(t, dep, owner))
+        raise next((e for h, e in errors.items() if h not in taken), next(iter(errors.values())))
+    return {h: s for h, s in results.items() if isinstance(s, Survey)}
+
+
 def _check(target: Target, session: Session, options: Options) -> Report:
     """``--check``: what ``up`` would do, and with ``--diff`` every file that would change.
     Read operations only."""
     hosts = sorted({h.name for h in target.hosts})
-    surveys = _survey_all(target, session, hosts)
+    surveys = survey_all(target, session, hosts)
     decision = decide(target.units, surveys)
     flat = [r for g in decision.groups for r in _planned(g)]
     flat += [
@@ -322,9 +399,9 @@ def _diffs(target: Target, session: Session, decision: Decision, surveys: Mappin
     return "".join(chunks)
 
 
-def _apply(target: Target, session: Session, options: Options, progress: Progress, owner: str) -> Report:
-    hosts = sorted({h.name for h in target.hosts})
-    surveys = _survey_all(target, session, hosts)
+def _apply(
+    target: Target, session: Session, options: Options, progress: Progress, owner: str, surveys: Mapping[str, Survey]
+) -> Report:
     decision = decide(target.units, surveys)
     secrets = tuple(target.secrets.values())
     reports: dict[tuple[str, str], UnitReport] = {}
@@ -346,7 +423,7 @@ def _apply(target: Target, session: Session, options: Options, progress: Progres
 
     # Pull before stopping anything, so a missing image never leaves a group down.
     changing = decision.changing
-    pulled = _pull(session, changing, progress)
+    pulled = _pull(session, changing, surveys, progress)
     for g in changing:
         bad = [pulled[d.host] for d in g.units if isinstance(pulled.get(d.host), FleetError)]
         if bad:
@@ -368,7 +445,7 @@ def _apply(target: Target, session: Session, options: Options, progress: Progres
         if stopped_line:
             fail([(d.host, d.name) for g in batch for d in g.units], "", outcome="skipped")
             continue
-        verdicts = _start_step(target, session, batch, surveys, options, progress, owner)
+        verdicts = start_step(target, session, batch, surveys, options, progress, owner)
         for g in batch:
             v = verdicts[g.group]
             keys = [(d.host, d.name) for d in g.units]
@@ -401,7 +478,10 @@ def _generation(old: Manifest | None, d: Desired) -> int:
     return old.generation if old.render_hash == d.render_hash else old.generation + 1
 
 
-def _pull(session: Session, changing: Sequence[GroupChange], progress: Progress) -> dict[str, object | FleetError]:
+def _pull(
+    session: Session, changing: Sequence[GroupChange], surveys: Mapping[str, Survey], progress: Progress
+) -> dict[str, object | FleetError]:
+    """Images of the changing units; what the survey found present costs no round trip."""
     images: dict[str, list[tuple[str, str]]] = {}  # host -> (image, unit)
     for g in changing:
         for d in g.units:
@@ -413,7 +493,7 @@ def _pull(session: Session, changing: Sequence[GroupChange], progress: Progress)
         for image, unit in images[h]:
             if image not in done:
                 progress.update(Event(host=h, unit=unit, state="pulling", detail=image))
-                done[image] = ensure_image(t, image)
+                done[image] = "present" if surveys[h].images.get(image) else ensure_image(t, image)
             progress.update(Event(host=h, unit=unit, state="image " + done[image]))
 
     return session.run(sorted(images), pull)
@@ -444,11 +524,15 @@ def _remove_orphans(
 
 
 def retire(t: Transport, m: Manifest) -> None:
-    """Stops and removes a unit; keeps its last files in ``prev/`` (secrets never kept)."""
-    check(t, stop_argv(m.runtime, m.unit, STOP_TIMEOUT_S), label=f"stop {m.unit}", timeout=STOP_TIMEOUT_S + 60)
+    """Stops and removes a unit; keeps its last files in ``prev/`` (secrets never kept).
+    One round trip."""
     unit_dir = _unit_dir(m)
-    check(t, rotate_argv(unit_dir, m.files), label=f"keep {unit_dir}/prev")
-    check(t, remove_argv((*m.files, manifest_path(unit_dir))), label=f"rm {unit_dir}/*")
+    steps = (
+        Step(argv=stop_argv(m.runtime, m.unit, STOP_TIMEOUT_S), label=f"stop {m.unit}"),
+        Step(argv=rotate_argv(unit_dir, m.files), label=f"keep {unit_dir}/prev"),
+        Step(argv=remove_argv((*m.files, manifest_path(unit_dir))), label=f"rm {unit_dir}/*"),
+    )
+    write_files(t, (), steps=steps, timeout=STOP_TIMEOUT_S + 60 + 2 * STEP_TIMEOUT_S)
 
 
 def _hold(t: Transport, units: Sequence[tuple[Runtime, str]]) -> None:
@@ -463,7 +547,7 @@ def _unit_dir(m: Manifest) -> str:
     return f"{deployment_dir(m.deployment)}/{m.unit}"
 
 
-def _start_step(
+def start_step(
     target: Target,
     session: Session,
     batch: Sequence[GroupChange],
@@ -472,6 +556,9 @@ def _start_step(
     progress: Progress,
     owner: str,
 ) -> dict[str, Verdict]:
+    """Restarts ``batch`` (groups of one start step) whole: hold every rank on every host, then
+    per host stop + install (one round trip), then start every rank, then gate.  Groups that do
+    not come up healthy are torn down.  Verdicts by group."""
     units = [d for g in batch for d in g.units]
     by_host: dict[str, list[Desired]] = {}
     for d in units:
@@ -481,21 +568,23 @@ def _start_step(
     verdicts: dict[str, Verdict] = {}
     try:
         # Stop every rank of the changing groups first: no old rank may rendezvous with a new one.
-        # Hold them all first, on every host, so no rank is restarted by its runtime meanwhile.
-        session.run(hosts, lambda h, t: _hold(t, [(d.unit.runtime, d.name) for d in by_host[h]]))
-        stop = session.run(hosts, lambda h, t: _stop_units(t, by_host[h], progress, STOP_TIMEOUT_S))
+        # Hold them all first, on every host, so no rank is restarted by its runtime meanwhile
+        # (a unit the survey found missing has nothing to hold).  Every host is held before any
+        # stops, and every host is stopped before any starts: those barriers stay round trips.
+        held = {h: [(d.unit.runtime, d.name) for d in by_host[h] if not _missing(surveys, d)] for h in hosts}
+        session.run([h for h in hosts if held[h]], lambda h, t: _hold(t, held[h]))
         when = _now()
         installed = session.run(
             hosts,
-            lambda h, t: _install(t, by_host[h], surveys[h], target, owner.split(" ")[0], when, progress),
+            lambda h, t: _stop_and_install(t, by_host[h], surveys[h], target, owner.split(" ")[0], when, progress),
         )
         started = session.run(
-            [h for h in hosts if not isinstance(stop[h], FleetError) and not isinstance(installed[h], FleetError)],
+            [h for h in hosts if not isinstance(installed[h], FleetError)],
             lambda h, t: _start_units(t, by_host[h], secrets, progress),
         )
         broken: dict[str, FleetError] = {}
         for h in hosts:
-            err = next((r for r in (stop[h], installed[h], started.get(h)) if isinstance(r, FleetError)), None)
+            err = next((r for r in (installed[h], started.get(h)) if isinstance(r, FleetError)), None)
             if err is not None:
                 for d in by_host[h]:
                     broken.setdefault(d.unit.group, err)
@@ -523,15 +612,26 @@ def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _stop_units(t: Transport, units: Sequence[Desired], progress: Progress, grace_s: int | None) -> None:
+def _missing(surveys: Mapping[str, Survey], d: Desired) -> bool:
+    s = surveys.get(d.host)
+    return s is not None and s.live.get(d.name, MISSING).state == "missing"
+
+
+def _stop_steps(units: Sequence[Desired], progress: Progress, grace_s: int | None) -> list[Step]:
     """Stops units, last rank first; ``grace_s`` lets a serving engine drain (None: at once)."""
+    steps = []
     for d in reversed(units):
         progress.update(Event(host=d.host, unit=d.name, state="stopping"))
-        timeout = (grace_s or 0) + 60
-        check(t, stop_argv(d.unit.runtime, d.name, grace_s), label=f"stop {d.name}", timeout=timeout)
+        steps.append(Step(argv=stop_argv(d.unit.runtime, d.name, grace_s), label=f"stop {d.name}"))
+    return steps
 
 
-def _install(
+def _stop_units(t: Transport, units: Sequence[Desired], progress: Progress, grace_s: int | None) -> None:
+    """Stops units in one round trip (see :func:`_stop_steps`)."""
+    write_files(t, (), steps=_stop_steps(units, progress, grace_s), timeout=len(units) * ((grace_s or 0) + 60))
+
+
+def _stop_and_install(
     t: Transport,
     units: Sequence[Desired],
     survey: Survey,
@@ -540,20 +640,22 @@ def _install(
     when: str,
     progress: Progress,
 ) -> None:
+    """One round trip: stop the units, keep the changed ones' files in ``prev/``, remove stale
+    files, write every file (secrets file 0600, content on stdin only), each manifest last."""
+    steps = _stop_steps(units, progress, STOP_TIMEOUT_S)
+    files: list[Put] = []
+    manifests: list[Put] = []
+    stale: list[str] = []
     for d in units:
         progress.update(Event(host=d.host, unit=d.name, state="installing"))
         old = survey.manifests.get(d.name)
-        files = list(d.files)
+        files += [Put(path=f.path, data=f.content, mode=f.mode) for f in d.files]
         sf = secrets_file(d, target.secrets)
         if sf is not None:
-            files.append(sf)
+            files.append(Put(path=sf.path, data=sf.content, mode=sf.mode))
         if old is not None and old.render_hash != d.render_hash:
-            check(t, rotate_argv(d.dir, old.files), label=f"keep {d.dir}/prev")
-        for f in files:
-            t.put(f.path, f.content, f.mode)
-        stale = [p for p in (old.files if old else ()) if p not in d.owned]
-        if stale:
-            check(t, remove_argv(stale), label="rm stale files")
+            steps.append(Step(argv=rotate_argv(d.dir, old.files), label=f"keep {d.dir}/prev"))
+        stale += [p for p in (old.files if old else ()) if p not in d.owned]
         manifest = Manifest(
             deployment=target.deployment,
             unit=d.name,
@@ -570,14 +672,20 @@ def _install(
             deployed_at=when,
             files=d.owned,
         )
-        t.put(manifest_path(d.dir), dumps(manifest).encode(), 0o644)
+        manifests.append(Put(path=manifest_path(d.dir), data=dumps(manifest).encode(), mode=0o644))
+    timeout = len(units) * (STOP_TIMEOUT_S + 60) + FILES_TIMEOUT_S
+    write_files(t, (*files, *manifests), steps=steps, remove=stale, timeout=timeout)
 
 
 def _start_units(t: Transport, units: Sequence[Desired], secrets: Sequence[str], progress: Progress) -> None:
+    """Every start command of ``units`` in order, in one round trip; the first failure raises."""
+    steps = []
     for d in units:
         progress.update(Event(host=d.host, unit=d.name, state="starting"))
-        for argv in d.start:
-            check(t, argv, secrets=secrets)
+        steps += [Step(argv=argv, label=show(argv, secrets)) for argv in d.start]
+    for r in run_batch(t, steps, timeout=len(steps) * STEP_TIMEOUT_S):
+        if not r.ok:
+            raise failure(r, r.command, secrets)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -592,9 +700,8 @@ def down(target: Target, connect: Connect, options: Options, progress: Progress 
     owner = lock.owner_line()
     with Session(target.hosts, connect, options.forks) as session:
         session.require_all()
-        _take_locks(session, hosts, target.deployment, owner, options.break_lock)
+        surveys = lock_and_survey(target, session, hosts, owner, options.break_lock, images=False)
         try:
-            surveys = _survey_all(target, session, hosts)
             order = {d.name: d.unit.start_order for d in target.units}
             found = [m for s in surveys.values() for m in s.manifests.values()]
             by_host_all: dict[str, list[Manifest]] = {}

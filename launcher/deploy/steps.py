@@ -16,7 +16,7 @@ from typing import Literal, Sequence
 from launcher.deploy.manifest import MANIFEST
 from launcher.deploy.remote import STEP_TIMEOUT_S, check, failure, sh
 from launcher.errors import RemoteError
-from launcher.execute.transport import Transport
+from launcher.execute.transport import Result, Transport
 from launcher.model import Runtime
 from launcher.render import SECRETS_FILE
 
@@ -112,11 +112,15 @@ def _int(text: str) -> int | None:
 def run_liveness(shell: Transport, runtime: Runtime, names: Sequence[str]) -> dict[str, Liveness]:
     if not names:
         return {}
-    argv = liveness_argv(runtime, names)
-    result = shell.run(argv, timeout=STEP_TIMEOUT_S)
+    return liveness_from(shell.run(liveness_argv(runtime, names), timeout=STEP_TIMEOUT_S), runtime, names)
+
+
+def liveness_from(result: Result, runtime: Runtime, names: Sequence[str]) -> dict[str, Liveness]:
+    """Judges the answer to :func:`liveness_argv` (a dead docker daemon or a failing
+    ``systemctl show`` raises)."""
     out = result.stdout_text
     if runtime == "docker" and "Cannot connect to the Docker daemon" in out:
-        raise RemoteError(shell.host, "docker inspect", result.exit_status, out.strip().splitlines()[-1])
+        raise RemoteError(result.host, "docker inspect", result.exit_status, out.strip().splitlines()[-1])
     if runtime == "systemd" and not result.ok:
         raise failure(result, "systemctl show")
     return parse_liveness(runtime, names, out)
@@ -146,6 +150,24 @@ _PULL = 'if docker image inspect "$1" >/dev/null 2>&1; then echo present; else d
 
 
 PULL_TIMEOUT_S = 3600.0  # multi-GB engine images on a slow registry mirror
+
+
+_IMAGES = 'for i in "$@"; do if docker image inspect "$i" >/dev/null 2>&1; then echo "present $i"; else echo "absent $i"; fi; done'
+
+
+def images_argv(images: Sequence[str]) -> tuple[str, ...]:
+    """Which of ``images`` the host has (read only; a dead daemon counts as absent, so the
+    pull that follows reports it)."""
+    return sh(_IMAGES, *images)
+
+
+def parse_images(out: str) -> dict[str, bool]:
+    found: dict[str, bool] = {}
+    for line in out.splitlines():
+        state, _, image = line.partition(" ")
+        if image and state in ("present", "absent"):
+            found[image] = state == "present"
+    return found
 
 
 def ensure_image(shell: Transport, image: str) -> str:

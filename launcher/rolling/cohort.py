@@ -186,7 +186,7 @@ def _revive(new: Target, connect: Connect, options: RollOptions, progress: Progr
     owner = lock.owner_line()
     with Session(new.hosts, connect, options.forks) as session:
         session.require_all()
-        orchestrate._take_locks(session, hosts, new.deployment, owner, options.break_lock)
+        orchestrate.take_locks(session, hosts, new.deployment, owner, options.break_lock)
         try:
             by_group = desired_groups(new.units)
             for step in sorted({step_of(us) for us in by_group.values()}):
@@ -231,7 +231,7 @@ def _retire(target: Target, connect: Connect, options: RollOptions, progress: Pr
     errors: list[str] = []
     with Session(target.hosts, connect, options.forks) as session:
         session.require_all()
-        orchestrate._take_locks(session, hosts, target.deployment, owner, options.break_lock)
+        orchestrate.take_locks(session, hosts, target.deployment, owner, options.break_lock)
         try:
             probes: dict[str, Callable[[], int | None]] = {}
             for d in target.units:

@@ -113,7 +113,7 @@ def roll(
     owner = lock.owner_line()
     with Session(target.hosts, connect, options.forks) as session:
         session.require_all()
-        orchestrate._take_locks(session, hosts, target.deployment, owner, options.break_lock)
+        orchestrate.take_locks(session, hosts, target.deployment, owner, options.break_lock)
         try:
             return _Rollout(target, session, routers, options, progress, owner, plan, action).run()
         finally:
@@ -157,7 +157,7 @@ class _Rollout:
 
     def run(self) -> RollReport:
         hosts = sorted({h.name for h in self.target.hosts})
-        surveys = orchestrate._survey_all(self.target, self.session, hosts)
+        surveys = orchestrate.survey_all(self.target, self.session, hosts)
         decision = orchestrate.decide(self.target.units, surveys)
         changing = {g.group for g in decision.changing}
         if not self.routers:
@@ -332,7 +332,7 @@ class _Rollout:
 
     def _restart(self, groups: Sequence[RollGroup], surveys: Mapping[str, Survey]) -> dict[str, Verdict]:
         options = Options(forks=self.options.forks, timeout_s=self.options.timeout_s)
-        verdicts = orchestrate._start_step(
+        verdicts = orchestrate.start_step(
             self.target, self.session, self._changes(groups, "rolling restart"), surveys, options, self.progress, self.owner
         )
         return {g.name: _merge([verdicts[u] for u in {x.group for x in g.units}]) for g in groups}
@@ -418,7 +418,7 @@ class _Rollout:
         options = Options(forks=self.options.forks, timeout_s=self.options.timeout_s)
         for step in sorted({c.step for c in todo}):
             batch = [c for c in todo if c.step == step]
-            verdicts = orchestrate._start_step(self.target, self.session, batch, surveys, options, self.progress, self.owner)
+            verdicts = orchestrate.start_step(self.target, self.session, batch, surveys, options, self.progress, self.owner)
             for c in batch:
                 v = verdicts[c.group]
                 name = next(g.name for g in self.plan.infra if any(u.group == c.group for u in g.units))
@@ -507,7 +507,7 @@ def up_rolling(
     with Session(target.hosts, connect, options.forks) as session:
         session.require_all()
         hosts = sorted({h.name for h in target.hosts})
-        surveys = orchestrate._survey_all(target, session, hosts)
+        surveys = orchestrate.survey_all(target, session, hosts)
     decision = orchestrate.decide(target.units, surveys)
     if all(g.action == "start" for g in decision.groups):
         plain = orchestrate.up(target, connect, Options(forks=options.forks, timeout_s=options.timeout_s,

@@ -230,3 +230,68 @@ _SCRIPTS = {
     steps._READ: SimHost.read,
     steps._LOGS: SimHost.logs,
 }
+
+
+# ---------------------------------------------------------------------------------------------
+# Batched operations (launcher/execute/files.py): one exec running several of the scripts above,
+# then removals, then file writes whose bytes come on stdin.  Every top-level run/put is one
+# round trip, counted in ``trips``; the steps inside a batch are logged like separate runs.
+
+from launcher.execute import files as _files  # noqa: E402
+
+_plain_run = SimHost.run
+_plain_put = SimHost.put
+
+
+def _run_counting(
+    self: SimHost,
+    argv: Sequence[str] | Command,
+    *,
+    timeout: float,
+    stdin: bytes | None = None,
+    env: Mapping[str, str] | None = None,
+    check: bool = False,
+) -> Result:
+    self.trips = getattr(self, "trips", 0) + 1  # type: ignore[attr-defined]
+    self.stdin = stdin or b""  # type: ignore[attr-defined]
+    return _plain_run(self, argv, timeout=timeout, stdin=stdin, env=env, check=check)
+
+
+def _put_counting(self: SimHost, path: str, data: bytes, mode: int) -> None:
+    self.trips = getattr(self, "trips", 0) + 1  # type: ignore[attr-defined]
+    _plain_put(self, path, data, mode)
+
+
+def _batch(self: SimHost, p: Sequence[str]) -> tuple[int, str, str]:
+    b, n, rest = p[0], int(p[1]), list(p[2:])
+    out, err = "", ""
+    for s in range(1, n + 1):
+        k = int(rest[0])
+        argv, rest = tuple(rest[1:1 + k]), rest[1 + k:]
+        self.log.append(argv)
+        code, o, e = self._dispatch(argv)
+        out += f"{o}\n{b} step {s} {code}\n"
+        err += f"{e}\n{b} step {s}\n"
+        if code:
+            return code, out, err
+    m = int(rest[0])
+    for i, path in enumerate(rest[1:1 + m], start=1):
+        out += f"\n{b} rm {i}\n"
+        self.files.pop(path, None)
+    rest, data = rest[1 + m:], getattr(self, "stdin", b"")
+    for i in range(0, len(rest), 3):
+        path, mode, length = rest[i], int(rest[i + 1], 8), int(rest[i + 2])
+        out += f"\n{b} put {i // 3 + 1}\n"
+        _plain_put(self, path, data[:length], mode)
+        data = data[length:]
+    return 0, out + f"\n{b} done\n", err
+
+
+def _images(self: SimHost, p: Sequence[str]) -> tuple[int, str, str]:
+    return 0, "".join(f"{'present' if i in self.images else 'absent'} {i}\n" for i in p), ""
+
+
+SimHost.run = _run_counting  # type: ignore[method-assign]
+SimHost.put = _put_counting  # type: ignore[method-assign]
+_SCRIPTS[_files._SCRIPT] = _batch
+_SCRIPTS[steps._IMAGES] = _images
