@@ -329,10 +329,10 @@ def run_preflight_paths(playbook_path: str | Path, inventory_path: str | Path, c
     """:func:`run_preflight` from file paths (loads inventory, catalog and playbook)."""
     from launcher.config.inventory import load_inventory
     from launcher.config.playbook import load_playbook
-    from launcher.config.recipes import load_catalog
+    from launcher.config.recipes import open_catalog
 
     inventory = load_inventory(inventory_path)
-    catalog = load_catalog()
+    catalog = open_catalog()
     playbook = load_playbook(Path(playbook_path), catalog, inventory)
     return run_preflight(inventory, catalog, playbook, connector, **kwargs)  # type: ignore[arg-type]
 

@@ -11,24 +11,21 @@ from __future__ import annotations
 import sys
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import click
 
 from launcher.cli import cli
-from launcher.config.inventory import load_inventory
+from launcher.cli.common import Inputs, connector as _connector, load_inputs, ssh_options as _ssh_options
 from launcher.config.patterns import select
 from launcher import facts_cache
-from launcher.config.recipes import load_catalog
 from launcher.deploy import demo, orchestrate
 from launcher.deploy.desired import Desired, from_rendered, limit
 from launcher.deploy.orchestrate import Options, Report, Target
 from launcher.deploy.secrets import resolve
 from launcher.deploy.status import UnitStatus, logs, status
 from launcher.errors import ExitCode, FleetError
-from launcher.execute.hostkeys import KnownHosts
-from launcher.execute.ssh import SshConnector
-from launcher.model import Host, Inventory, Playbook
+from launcher.model import Host, Inventory, Plan, Playbook
 from launcher.output import LinesProgress, LiveProgress, Progress, QuietProgress, dumps, print_table, table
 from launcher.plan import plan
 from launcher.render import render
@@ -37,21 +34,26 @@ from launcher.render import render
 def load_target(
     playbook_path: str, inventory_path: str, limit_pattern: str | None, secret_flags: Sequence[str] | None
 ) -> Target:
-    """Load → plan → render → the deploy layer's view.  ``secret_flags`` None: secrets are not
-    resolved (status, logs, down never need their values)."""
-    from launcher.config.playbook import load_playbook
+    """Load → plan (with the cached facts) → render → the deploy layer's view.  ``secret_flags``
+    None: secrets are not resolved (status, logs, down never need their values)."""
+    inputs = load_inputs(playbook_path, inventory_path)
+    secrets = resolve(inputs.playbook.secrets, secret_flags) if secret_flags is not None else {}
+    return target_of(inputs, planned(inputs), limit_pattern, secrets)
 
-    inventory = load_inventory(inventory_path)
-    catalog = load_catalog()
-    playbook = load_playbook(Path(playbook_path), catalog, inventory)
-    the_plan = plan(inventory, catalog, playbook, facts_cache.load_facts(inventory))
+
+def planned(inputs: Inputs) -> Plan:
+    """The plan made with the facts cached by the last ``fleet facts`` / preflight."""
+    return plan(inputs.inventory, inputs.catalog, inputs.playbook, facts_cache.load_facts(inputs.inventory))
+
+
+def target_of(inputs: Inputs, the_plan: Plan, limit_pattern: str | None, secrets: Mapping[str, str]) -> Target:
+    """Render ``the_plan`` into the deploy layer's view, narrowed to ``limit_pattern``'s hosts."""
     units = from_rendered(the_plan, render(the_plan))
-    hosts = _claimed_hosts(playbook, inventory, units)
+    hosts = _claimed_hosts(inputs.playbook, inputs.inventory, units)
     if limit_pattern is not None:
-        chosen = {h.name for h in select(inventory, limit_pattern)}
+        chosen = {h.name for h in select(inputs.inventory, limit_pattern)}
         units = limit(units, chosen)
         hosts = tuple(h for h in hosts if h.name in chosen)
-    secrets = resolve(playbook.secrets, secret_flags) if secret_flags is not None else {}
     return Target(deployment=the_plan.deployment, recipe=the_plan.recipe, hosts=hosts, units=units, secrets=secrets)
 
 
@@ -64,24 +66,12 @@ def _claimed_hosts(playbook: Playbook, inventory: Inventory, units: Sequence[Des
     return tuple(h for h in inventory.hosts if h.name in names)
 
 
-def _connector(known_hosts: Sequence[str], trust_new: bool) -> SshConnector:
-    return SshConnector(KnownHosts.for_operator(tuple(known_hosts), trust_new=trust_new))
-
-
 def _progress(stack: ExitStack, quiet: bool) -> Progress:
     if quiet:
         return QuietProgress()
     if sys.stderr.isatty():
         return stack.enter_context(LiveProgress())
     return LinesProgress()
-
-
-def _ssh_options(f: Callable[..., None]) -> Callable[..., None]:
-    f = click.option("--known-hosts", "known_hosts", multiple=True, help="Extra known_hosts file (repeatable).")(f)
-    f = click.option("--trust-new-hosts", is_flag=True, help="Accept and record unknown host keys.")(f)
-    f = click.option("--forks", default=8, show_default=True, type=click.IntRange(1, 256), help="Hosts at a time.")(f)
-    f = click.option("-i", "--inventory", "inventory_path", required=True, help="Inventory file (YAML or INI).")(f)
-    return f
 
 
 def _print_report(report: Report, as_json: bool) -> None:
@@ -141,28 +131,29 @@ def up_command(
     """Bring PLAYBOOK's units up (idempotent: unchanged units are left alone).  The cheap
     preflight checks run first (facts, GPUs, HCAs, GIDs, reachability, weights, ports) and stop
     the deploy before anything starts when one fails; --skip-preflight opts out."""
-    if not skip_preflight:
-        # Before load_target: with gid_index auto, planning needs the facts the gate caches.
-        from launcher.cli.preflight import gate
-
-        with _connector(known_hosts, trust_new_hosts) as pre:
-            gate(playbook, inventory_path, pre, forks=forks, quiet=quiet or as_json)
-    target = load_target(playbook, inventory_path, limit_pattern, secrets)
-    from launcher.cli.rolling import is_rolling, run_rolling_up
-
-    if not check and is_rolling(playbook, inventory_path):
-        # rollout: rolling — changed groups restart in batches, drained out of their routers.
-        with ExitStack() as stack:
-            connector = stack.enter_context(_connector(known_hosts, trust_new_hosts))
-            progress = _progress(stack, quiet or as_json)
-            code = run_rolling_up(playbook, inventory_path, target, connector.connect, progress, forks=forks,
-                                  timeout_s=timeout_s, break_lock=break_lock, as_json=as_json,
-                                  router_urls=router_urls)
-        sys.exit(code)
+    inputs = load_inputs(playbook, inventory_path)
+    secret_values = resolve(inputs.playbook.secrets, secrets)  # a missing secret stops us before any host
+    rolling = not check and inputs.playbook.rollout.strategy == "rolling"
     options = Options(forks=forks, check=check, diff=diff, timeout_s=timeout_s, break_lock=break_lock)
     with ExitStack() as stack:
+        # One connection per host for the preflight gate and the deploy.
         connector = stack.enter_context(_connector(known_hosts, trust_new_hosts))
+        the_plan = None
+        if not skip_preflight:
+            from launcher.cli.preflight import gate
+
+            # Planned with the facts the gate just gathered (gid_index: auto resolves there).
+            the_plan = gate(inputs, connector, forks=forks, quiet=quiet or as_json).plan
+        target = target_of(inputs, planned(inputs) if the_plan is None else the_plan, limit_pattern, secret_values)
         progress = _progress(stack, quiet or as_json or check)
+        if rolling:
+            # rollout: rolling — changed groups restart in batches, drained out of their routers.
+            from launcher.cli.rolling import run_rolling_up
+
+            code = run_rolling_up(inputs.playbook, target, connector.connect, progress, forks=forks,
+                                  timeout_s=timeout_s, break_lock=break_lock, as_json=as_json,
+                                  router_urls=router_urls)  # fmt: skip
+            sys.exit(code)
         report = orchestrate.up(target, connector.connect, options, progress)
     _print_report(report, as_json)
     sys.exit(int(report.exit_code))

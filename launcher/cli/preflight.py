@@ -15,32 +15,16 @@ import click
 
 from launcher import facts_cache, preflight
 from launcher.cli import cli
+from launcher.cli.common import Inputs, connector as _connector, ssh_options as _ssh_options
 from launcher.cli.run import _execute_log_to_stderr
 from launcher.config.inventory import load_inventory
 from launcher.config.patterns import select
 from launcher.execute.fanout import DEFAULT_FORKS
-from launcher.execute.hostkeys import KnownHosts
 from launcher.execute.ssh import SshConnector
 from launcher.facts import HostFacts
 from launcher.model import Host
 from launcher.output import dumps, print_table, table
-from launcher.preflight_run import FactsRound, PreflightReport, gather_facts, run_preflight_paths
-
-
-def _ssh_options(f: Callable[..., None]) -> Callable[..., None]:
-    f = click.option("--forks", type=click.IntRange(min=1), default=DEFAULT_FORKS, show_default=True,
-                     help="Hosts worked on at the same time.")(f)
-    f = click.option("--trust-new-hosts", is_flag=True,
-                     help="Record the keys of hosts never seen before (changed keys are still refused).")(f)
-    f = click.option("--known-hosts", "known_hosts", multiple=True, metavar="FILE",
-                     help="Extra known_hosts file (repeatable); ~/.ssh/known_hosts is always read.")(f)
-    f = click.option("-i", "--inventory", "inventory_path", required=True, metavar="INV",
-                     help="Ansible inventory (YAML or INI).")(f)
-    return f
-
-
-def _connector(known_hosts: Sequence[str], trust_new: bool) -> SshConnector:
-    return SshConnector(KnownHosts.for_operator(tuple(known_hosts), trust_new=trust_new))
+from launcher.preflight_run import FactsRound, PreflightReport, gather_facts, run_preflight, run_preflight_paths
 
 
 def _note(line: str) -> None:
@@ -188,13 +172,14 @@ def print_preflight(report: PreflightReport, *, as_json: bool = False, problems_
     click.echo(f"fleet: preflight {report.deployment}: {n['pass']} pass, {n['warn']} warn, {n['fail']} fail", err=True)
 
 
-def gate(playbook: str, inventory_path: str, connector: SshConnector, *, forks: int = DEFAULT_FORKS,
+def gate(inputs: Inputs, connector: SshConnector, *, forks: int = DEFAULT_FORKS,
          quiet: bool = False) -> PreflightReport:
     """What ``fleet up`` runs first (unless ``--skip-preflight``): the cheap preflight, its
     warnings and failures on stderr, and exit status 1 before anything is touched when a check
-    fails.  Returns the report (its plan was made with fresh facts)."""
-    report = run_preflight_paths(playbook, inventory_path, connector, forks=forks, level="cheap",
-                                 note=(lambda _: None) if quiet else _note)
+    fails.  Returns the report (its plan was made with fresh facts).  The connector's
+    connections stay open for the deploy."""
+    report = run_preflight(inputs.inventory, inputs.catalog, inputs.playbook, connector, forks=forks,
+                           level="cheap", note=(lambda _: None) if quiet else _note)  # fmt: skip
     print_preflight(report, problems_only=True)
     if report.failed:
         click.echo("fleet: preflight failed: nothing was started (fleet preflight PLAYBOOK -i INV shows every "
@@ -252,17 +237,13 @@ def collect_command(playbook: str, inventory_path: str, known_hosts: tuple[str, 
     output, docker inspect and rendered files (never secrets.env); per host facts, GID tables,
     nvidia-smi topo -m, NICs and the kernel log tail; plus the plan and a manifest.  Unreachable
     hosts are recorded in the manifest, not fatal."""
-    from pathlib import Path
-
+    from launcher.cli.common import load_inputs
     from launcher.collect import collect
-    from launcher.config.playbook import load_playbook
-    from launcher.config.recipes import load_catalog
 
-    inventory = load_inventory(inventory_path)
-    catalog = load_catalog()
-    pb = load_playbook(Path(playbook), catalog, inventory)
+    inputs = load_inputs(playbook, inventory_path)
     with _execute_log_to_stderr(), _connector(known_hosts, trust_new_hosts) as connector:
-        report = collect(inventory, catalog, pb, connector, output, tail=tail_n, forks=forks)
+        report = collect(inputs.inventory, inputs.catalog, inputs.playbook, connector, output, tail=tail_n,
+                         forks=forks)
     for h in report.hosts:
         detail = f"{len(h.units)} unit(s), {h.files} file(s)" if h.status == "ok" else h.error
         click.echo(f"{h.host} | {h.status} | {detail}")

@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import sys
 from contextlib import ExitStack
-from pathlib import Path
 from typing import Sequence
 
 import click
 
 from launcher.cli import cli
-from launcher.cli.deploy import _connector, _progress, _ssh_options, load_target
-from launcher.config.inventory import load_inventory
+from launcher.cli.common import connector as _connector, load_inputs, ssh_options as _ssh_options
+from launcher.cli.deploy import _progress, planned, target_of
 from launcher.config.patterns import select
-from launcher.config.playbook import load_playbook
-from launcher.config.recipes import load_catalog
+from launcher.deploy.secrets import resolve
 from launcher.errors import UsageError
 from launcher.model import Playbook
 from launcher.output import dumps, print_table, table
@@ -135,15 +133,15 @@ def _run(
     surge_pattern: str | None, timeout_s: float | None, as_json: bool, quiet: bool, break_lock: bool,
     secrets: tuple[str, ...],
 ) -> None:  # fmt: skip
-    inventory = load_inventory(inventory_path)
-    playbook = load_playbook(Path(playbook_path), load_catalog(), inventory)
+    inputs = load_inputs(playbook_path, inventory_path)
+    inventory, playbook = inputs.inventory, inputs.playbook
     limit = frozenset(h.name for h in select(inventory, limit_pattern)) if limit_pattern else None
     options = rolling_options(
         playbook, rolling=rolling or action == "rollback", max_unavailable=max_unavailable,
         drain_timeout_s=drain_timeout_s, role=role, limit=limit, force=force, forks=forks,
         timeout_s=timeout_s, break_lock=break_lock,
     )  # fmt: skip
-    target = load_target(playbook_path, inventory_path, None, secrets)
+    target = target_of(inputs, planned(inputs), None, resolve(playbook.secrets, secrets))
     with ExitStack() as stack:
         connector = stack.enter_context(_connector(known_hosts, trust_new_hosts))
         progress = _progress(stack, quiet or as_json)
@@ -183,15 +181,8 @@ def rollback_command(playbook: str, inventory_path: str, **kw: object) -> None:
     _run("rollback", playbook, inventory_path, rolling=True, **kw)  # type: ignore[arg-type]
 
 
-def is_rolling(playbook_path: str, inventory_path: str) -> bool:
-    """Whether PLAYBOOK asks for ``rollout: {strategy: rolling}`` (for ``fleet up``)."""
-    inventory = load_inventory(inventory_path)
-    return load_playbook(Path(playbook_path), load_catalog(), inventory).rollout.strategy == "rolling"
-
-
 def run_rolling_up(
-    playbook_path: str,
-    inventory_path: str,
+    playbook: Playbook,
     target: Target,
     connect: Connect,
     progress: Progress,
@@ -204,8 +195,6 @@ def run_rolling_up(
 ) -> int:
     """``fleet up`` of a rolling playbook (see :func:`launcher.rolling.roll.up_rolling`): prints
     the rollout report and returns the exit code."""
-    inventory = load_inventory(inventory_path)
-    playbook = load_playbook(Path(playbook_path), load_catalog(), inventory)
     options = rolling_options(
         playbook, rolling=True, max_unavailable=None, drain_timeout_s=None, forks=forks, timeout_s=timeout_s,
         break_lock=break_lock,

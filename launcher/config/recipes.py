@@ -11,12 +11,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import threading
 import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from launcher.config.schema import decode_as, did_you_mean, field_hints
 from launcher.config.yamlpos import Map, describe, find, parse_yaml, read_text
@@ -83,6 +84,45 @@ def load_catalog(root: Path | None = None) -> Catalog:
             raise InputError(_at(node, "report/baseline"), "a recipe cannot be its own baseline", "report/baseline")
     ordered = sorted((r for r, _ in loaded), key=lambda r: r.catalog_entry)
     return Catalog(root=str(base), recipes=MappingProxyType({r.id: r for r in ordered}))
+
+
+class _OnDemand(Mapping[str, Recipe]):
+    """Recipes by id, each file decoded and checked on first lookup.  Iterating loads them all
+    (in ``catalog_entry`` order, as :class:`Catalog` promises)."""
+
+    def __init__(self, paths: Mapping[str, Path]) -> None:
+        self._paths = paths
+        self._loaded: dict[str, Recipe] = {}
+        self._lock = threading.Lock()
+
+    def __getitem__(self, recipe_id: str) -> Recipe:
+        path = self._paths[recipe_id]  # KeyError for an unknown id, as a Mapping should
+        with self._lock:
+            if recipe_id not in self._loaded:
+                self._loaded[recipe_id] = load_recipe(path, path.parent.name)[0]
+            return self._loaded[recipe_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._paths, key=lambda rid: self[rid].catalog_entry))
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+
+def open_catalog(root: Path | None = None) -> Catalog:
+    """The catalog for deploying: each recipe file is decoded and checked (as in
+    :func:`load_catalog`) only when looked up, so a command that uses one recipe parses one
+    file.  The cross-recipe checks (unique ``catalog_entry``, ``report.baseline``) are
+    :func:`load_catalog`'s, run by ``fleet recipes`` and the test suite."""
+    base = root if root is not None else default_root()
+    if not base.is_dir():
+        raise InputError(None, f"{base}: recipe directory not found")
+    paths = {
+        f"{family_dir.name}/{path.stem}": path
+        for family_dir in sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith("."))
+        for path in sorted(family_dir.glob("*.yaml"))
+    }
+    return Catalog(root=str(base), recipes=_OnDemand(paths))
 
 
 def load_recipe(path: Path, family: str) -> tuple[Recipe, Map]:

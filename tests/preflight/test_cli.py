@@ -12,6 +12,7 @@ from click.testing import CliRunner, Result
 
 from launcher.cli import cli
 from launcher.cli import preflight as cli_preflight
+from launcher.cli.common import Inputs
 from launcher.preflight import Check
 from launcher.preflight_run import PreflightReport
 
@@ -76,20 +77,22 @@ def test_print_json(capsys: pytest.CaptureFixture[str]) -> None:
 def test_gate_exits_1_before_anything_and_passes_otherwise(monkeypatch: pytest.MonkeyPatch,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     calls: list[dict[str, Any]] = []
+    inputs = Inputs(inventory=object(), catalog=object(), playbook=object())  # type: ignore[arg-type]
 
-    def fake(playbook: str, inventory: str, connector: object, **kw: Any) -> PreflightReport:
-        calls.append({"playbook": playbook, "inventory": inventory, **kw})
+    def fake(inventory: object, catalog: object, playbook: object, connector: object, **kw: Any) -> PreflightReport:
+        calls.append({"inputs": (inventory, catalog, playbook), **kw})
         return current
 
-    monkeypatch.setattr(cli_preflight, "run_preflight_paths", fake)
+    monkeypatch.setattr(cli_preflight, "run_preflight", fake)
     current = report()
     with pytest.raises(SystemExit) as stop:
-        cli_preflight.gate("pb.yaml", "inv.yaml", object(), forks=4, quiet=True)  # type: ignore[arg-type]
+        cli_preflight.gate(inputs, object(), forks=4, quiet=True)  # type: ignore[arg-type]
     assert stop.value.code == 1
     out, err = capsys.readouterr()
     assert out == ""  # problems only: no table on stdout (fleet up --json stays clean)
     assert err.splitlines()[-1] == ("fleet: preflight failed: nothing was started (fleet preflight PLAYBOOK -i INV "
                                     "shows every check; --skip-preflight overrides)")
     assert calls[0]["level"] == "cheap" and calls[0]["forks"] == 4
+    assert calls[0]["inputs"] == (inputs.inventory, inputs.catalog, inputs.playbook)
     current = report(CHECKS[:1] + CHECKS[2:])
-    assert cli_preflight.gate("pb.yaml", "inv.yaml", object(), quiet=True) is current  # type: ignore[arg-type]
+    assert cli_preflight.gate(inputs, object(), quiet=True) is current  # type: ignore[arg-type]
