@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.deploy import orchestrate
+from launcher.deploy import orchestrate, steps
 from launcher.deploy.lock import LockedError, lock_dir
 from launcher.deploy.orchestrate import Options, down, up
 from launcher.errors import ExitCode, HostKeyError
+from launcher.execute import files
 from launcher.model import Host
 from tests.deploy.conftest import SimFleet
 from tests.deploy.factory import pp_plan, target
@@ -234,3 +235,43 @@ def test_units_dropped_from_the_plan_are_removed(sim: SimFleet) -> None:
         ("fleet-demo-router", "remove", "removed")
     ]
     assert sim["h3"].containers == {}
+
+
+def trips(sim: SimFleet) -> dict[str, int]:
+    return {h: getattr(sim[h], "trips", 0) for h in ("h1", "h2", "h3")}
+
+
+def test_round_trips_per_host_one_unit_each(sim: SimFleet) -> None:
+    # lock+survey+images, stop+install, start, gate, unlock: nothing to hold (no container yet)
+    # and nothing to pull (image present)
+    for h in ("h1", "h2"):
+        sim[h].images.add("engine:1")
+    sim["h3"].images.add("router:1")
+    up(target(pp_plan()), sim.connect, FAST)
+    assert trips(sim) == {"h1": 5, "h2": 5, "h3": 5}
+    before = trips(sim)
+    up(target(pp_plan(args=("--max-running-requests", "8"))), sim.connect, FAST)
+    after = trips(sim)
+    # the changed group is held first (its containers run); the router's host only locks, surveys, unlocks
+    assert {h: after[h] - before[h] for h in after} == {"h1": 6, "h2": 6, "h3": 2}
+    before = trips(sim)
+    up(target(pp_plan(args=("--max-running-requests", "8"))), sim.connect, FAST)
+    assert {h: n - before[h] for h, n in trips(sim).items()} == {"h1": 2, "h2": 2, "h3": 2}
+
+
+def test_a_missing_image_is_pulled_in_its_own_round_trip_before_any_stop(sim: SimFleet) -> None:
+    up(target(pp_plan()), sim.connect, FAST)
+    assert {"engine:1"} <= sim["h1"].images and sim["h1"].log.count(("sh", "-c", steps._PULL, "sh", "engine:1")) == 1
+    assert sim["h1"].containers["fleet-demo-rank-r0"].starts == 1
+
+
+def test_install_writes_files_and_manifest_in_one_exec_with_the_secret_on_stdin_only(sim: SimFleet) -> None:
+    token = "hf_0nlyOnStdin"
+    up(target(pp_plan(secret=True), {"HF_TOKEN": token}), sim.connect, FAST)
+    batches = [e for e in sim["h1"].log if e[:3] == ("sh", "-c", files._SCRIPT)]
+    install = [e for e in batches if f"{D}/fleet-demo-rank-r0/manifest.json" in e]
+    assert len(install) == 1
+    assert f"{D}/fleet-demo-rank-r0/secrets.env" in install[0] and "0600" in install[0]
+    assert not any(token in " ".join(e) for e in sim["h1"].log)
+    # the manifest is the last file written
+    assert install[0][-3] == f"{D}/fleet-demo-rank-r0/manifest.json"
