@@ -70,7 +70,12 @@ MODE_FILE = 0o644
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _RECIPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_./-]*")  # written into comments of scripts and units
 _FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
-_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+# In an installed wheel the templates are package data, ``launcher/templates`` (pyproject maps the
+# checkout's top-level ``templates/`` there); a checkout, editable or not, has only the latter.
+_PACKAGED_TEMPLATES = Path(__file__).resolve().parent / "templates"
+_TEMPLATES = (
+    _PACKAGED_TEMPLATES if _PACKAGED_TEMPLATES.is_dir() else _PACKAGED_TEMPLATES.parents[1] / "templates"
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

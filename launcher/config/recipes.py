@@ -45,10 +45,14 @@ class Catalog:
 
 
 def default_root() -> Path:
+    """$FLEET_RECIPES_DIR, else the catalog shipped as package data (``launcher/catalog`` in an
+    installed wheel: pyproject maps the checkout's ``recipes/`` there), else the checkout's
+    top-level ``recipes/``."""
     env = os.environ.get(ENV_DIR)
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[2] / "recipes"
+    packaged = Path(__file__).resolve().parents[1] / "catalog"
+    return packaged if packaged.is_dir() else packaged.parents[1] / "recipes"
 
 
 def load_catalog(root: Path | None = None) -> Catalog:
