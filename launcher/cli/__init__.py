@@ -3,6 +3,7 @@ codes.  Each subcommand family lives in its own module and registers itself on :
 
 from __future__ import annotations
 
+import importlib
 import sys
 from typing import Any
 
@@ -11,8 +12,27 @@ import click
 from launcher.errors import ExitCode, FleetError
 
 
+# Command name -> the module that defines it (and registers it on ``cli`` when imported).
+# Imported on demand so `fleet up` does not pay for the sandbox, rolling or recipe commands.
+_COMMANDS: dict[str, str] = {
+    "recipes": "recipes", "inventory": "inventory", "plan": "plan", "render": "render", "run": "run",
+    "sandbox": "sandbox", "up": "deploy", "down": "deploy", "unlock": "deploy", "status": "deploy",
+    "logs": "deploy", "demo": "deploy", "facts": "preflight", "preflight": "preflight",
+    "collect": "preflight", "restart": "rolling", "rollback": "rolling",
+}  # fmt: skip
+
+
 class _Group(click.Group):
     """Turns library errors into one line on stderr and the right exit code; never a traceback."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(_COMMANDS) | set(self.commands))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = _COMMANDS.get(cmd_name)
+        if module is not None and cmd_name not in self.commands:
+            importlib.import_module(f"launcher.cli.{module}")
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -28,22 +48,6 @@ class _Group(click.Group):
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 def cli() -> None:
     """Bring SGLang and vLLM deployments up across bare-metal hosts over SSH."""
-
-
-def _register() -> None:
-    # Imported for their side effect of adding commands to `cli`; kept in one list so the
-    # command set is visible in one place.
-    import importlib
-
-    for mod in ("recipes", "inventory", "plan", "render", "run", "sandbox", "deploy", "preflight", "rolling"):
-        try:
-            importlib.import_module(f"launcher.cli.{mod}")
-        except ModuleNotFoundError as err:
-            if err.name != f"launcher.cli.{mod}":
-                raise
-
-
-_register()
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ from launcher.cli import cli
 from launcher.cli.common import Inputs, connector as _connector, load_inputs, ssh_options as _ssh_options
 from launcher.config.patterns import select
 from launcher import facts_cache
-from launcher.deploy import demo, orchestrate
+from launcher.deploy import orchestrate
 from launcher.deploy.desired import Desired, from_rendered, limit
 from launcher.deploy.orchestrate import Options, Report, Target
 from launcher.deploy.secrets import resolve
@@ -325,6 +325,8 @@ def _playbook_of(target: Target) -> str:
 
 def _demo_ask(target: Target) -> ExitCode | None:
     """One real request to the deployment; prints the answer and who served it."""
+    from launcher.deploy import demo
+
     ep = demo.endpoint(target)
     what = "the real sglang-router, PD mode" if ep.role == "router" else f"{ep.role} 0"
     click.echo(f"\n$ curl -d '{{\"messages\": [...]}}' {ep.url}/v1/chat/completions   # {ep.host}: {what}",
