@@ -25,7 +25,7 @@ from launcher.deploy.desired import Desired, File, groups, secrets_file, step_of
 from launcher.deploy.diff import file_diff
 from launcher.deploy.fan import each, first_error
 from launcher.deploy.health import Verdict, gate
-from launcher.deploy.manifest import Manifest, dumps, parse
+from launcher.deploy.manifest import Manifest, dumps, parse, same_secrets, secrets_digest
 from launcher.deploy.remote import STEP_TIMEOUT_S, check, failure, show
 from launcher.deploy.steps import (
     MISSING,
@@ -142,18 +142,26 @@ class Decision:
         return tuple(g for g in self.groups if g.action != "unchanged")
 
 
-def decide(units: Sequence[Desired], surveys: Mapping[str, Survey]) -> Decision:
+def decide(
+    units: Sequence[Desired], surveys: Mapping[str, Survey], secrets: Mapping[str, str] | None = None
+) -> Decision:
+    """Per restart group: ``start`` when no rank is deployed, ``restart`` when a rank is missing,
+    its render hash changed, its secret values changed (``secrets``: the resolved values; a
+    manifest without a secrets digest -- written before fleet recorded one -- counts as
+    unchanged secrets, so upgrading fleet restarts nothing), or a rank is not running."""
     changes = []
     for group, members in groups(units).items():
         olds = {d.name: surveys[d.host].manifests.get(d.name) for d in members}
         missing = [d for d in members if olds[d.name] is None]
         changed = [d for d in members if (m := olds[d.name]) is not None and m.render_hash != d.render_hash]
+        resecret = [d for d in members if d not in changed and _secrets_changed(d, olds[d.name], secrets)]
         down = [d for d in members if surveys[d.host].live.get(d.name, Liveness(state="missing")).state != "running"]
         action: Literal["unchanged", "start", "restart"]
         if len(missing) == len(members):
             action, reason = "start", "new"
-        elif missing or changed:
-            action, reason = "restart", "changed: " + ", ".join(f"{d.host}/{d.name}" for d in (*missing, *changed))
+        elif missing or changed or resecret:
+            parts = [f"{d.host}/{d.name}" for d in (*missing, *changed)] + [f"secrets of {d.host}/{d.name}" for d in resecret]
+            action, reason = "restart", "changed: " + ", ".join(parts)
         elif down:
             state = surveys[down[0].host].live.get(down[0].name, Liveness(state="missing")).state
             action, reason = "restart", f"{down[0].host}/{down[0].name} is {state}"
@@ -165,6 +173,15 @@ def decide(units: Sequence[Desired], surveys: Mapping[str, Survey]) -> Decision:
         m for host, s in sorted(surveys.items()) for name, m in sorted(s.manifests.items()) if (host, name) not in wanted
     )
     return Decision(groups=tuple(changes), orphans=orphans)
+
+
+def _secrets_changed(d: Desired, old: Manifest | None, values: Mapping[str, str] | None) -> bool:
+    if old is None or old.secrets_digest is None or values is None:
+        return False
+    if any(ref.name not in values for ref in d.unit.secrets):
+        return False  # not resolved here: nothing to compare
+    sf = secrets_file(d, values)
+    return sf is not None and not same_secrets(old.secrets_digest, sf.content)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -335,7 +352,7 @@ def _check(target: Target, session: Session, options: Options) -> Report:
     Read operations only."""
     hosts = sorted({h.name for h in target.hosts})
     surveys = survey_all(target, session, hosts)
-    decision = decide(target.units, surveys)
+    decision = decide(target.units, surveys, target.secrets)
     flat = [r for g in decision.groups for r in _planned(g)]
     flat += [
         UnitReport(host=m.host, unit=m.unit, group=m.group, action="remove", outcome="planned", reason="not in the plan")
@@ -402,7 +419,7 @@ def _diffs(target: Target, session: Session, decision: Decision, surveys: Mappin
 def _apply(
     target: Target, session: Session, options: Options, progress: Progress, owner: str, surveys: Mapping[str, Survey]
 ) -> Report:
-    decision = decide(target.units, surveys)
+    decision = decide(target.units, surveys, target.secrets)
     secrets = tuple(target.secrets.values())
     reports: dict[tuple[str, str], UnitReport] = {}
     errors: list[str] = []
@@ -671,6 +688,7 @@ def _stop_and_install(
             deployed_by=who,
             deployed_at=when,
             files=d.owned,
+            secrets_digest=secrets_digest(sf.content) if sf is not None else None,
         )
         manifests.append(Put(path=manifest_path(d.dir), data=dumps(manifest).encode(), mode=0o644))
     timeout = len(units) * (STOP_TIMEOUT_S + 60) + FILES_TIMEOUT_S
