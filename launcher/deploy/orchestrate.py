@@ -1,17 +1,18 @@
 """``up`` / ``down`` / ``unlock``: bring a deployment's units to the desired state over SSH.
 
 ``up``, per host in parallel where it can: connect every host first (an unknown host key stops
-everything before anything runs), take the deploy lock, read the manifests and liveness of what
-runs there, decide per restart group (unchanged / start / restart) and find orphans; with
-``check`` stop there (diff only, read operations only).  Otherwise pull missing images, remove
-orphans, then step by step (``start_order``): stop the changing groups, install their files
-(previous generation kept in ``prev/``), start every rank of every changing group at once, and
-gate on group health.  A failed group is torn down, and later steps do not start.  Locks are
+everything before anything runs), take the deploy lock and read the manifests, liveness and
+image presence of what runs there (one round trip), decide per restart group (unchanged / start
+/ restart) and find orphans; with ``check`` stop there (diff only, read operations only).
+Otherwise pull missing images, remove orphans, then step by step (``start_order``): hold the
+changing groups on every host, stop them and install their files (previous generation kept in
+``prev/``; one round trip per host), start every rank of every changing group at once, and gate
+on group health.  A failed group is torn down, and later steps do not start.  Locks are
 released and connections closed in ``finally`` (Ctrl-C included); a group interrupted half-way
 up is torn down first.
 
 Contract: nothing restarts when nothing changed; a group restarts whole (all ranks, all hosts)
-when any rank's render hash changed or any rank is not running.
+when any rank's render hash or secret values changed or any rank is not running.
 """
 
 from __future__ import annotations
