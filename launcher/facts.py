@@ -25,7 +25,7 @@ import json
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from launcher.model import GpuSku
 
@@ -80,23 +80,51 @@ _SECTIONS: tuple[tuple[str, str], ...] = (
 )
 
 
+def sections_script(sections: Sequence[tuple[str, str]], *, first: Sequence[tuple[str, str]] = (),
+                    last: Sequence[tuple[str, str]] = ()) -> str:
+    """One script printing, per section in order, ``### fleet:<name> rc=<status>`` and the
+    section's output (stderr folded in, trailing newlines cut to one).  Every section runs even
+    if an earlier one failed.  ``sections`` run concurrently (their outputs in a private temp
+    directory, removed on exit), so a host answers in the time of its slowest tool rather than
+    the sum; ``first`` and ``last`` run alone before and after them (the clock brackets).
+    Without ``mktemp -d`` on the host the sections run one after another."""
+
+    def inline(name: str, cmd: str) -> str:
+        return f"out=$( {{ {cmd} ; }} 2>&1 ); rc=$?; echo '{MARKER}{name} rc='$rc; printf '%s\\n' \"$out\""
+
+    parts = [_PRELUDE, *(inline(n, c) for n, c in first)]
+    if sections:
+        # The inner subshell keeps a section's own ``exit`` from skipping its status file.
+        background = [f"( ( {cmd} ) >\"$fleet_d/{i}\" 2>&1; echo $? >\"$fleet_d/{i}.rc\" ) &"
+                      for i, (_, cmd) in enumerate(sections)]
+        collect = [f"echo '{MARKER}{name} rc='\"$(cat \"$fleet_d/{i}.rc\" 2>/dev/null || echo 255)\"; "
+                   f"out=$(cat \"$fleet_d/{i}\" 2>/dev/null); printf '%s\\n' \"$out\""
+                   for i, (name, _) in enumerate(sections)]
+        parts += [
+            "if fleet_d=$(mktemp -d 2>/dev/null); then",
+            "trap 'rm -rf \"$fleet_d\"' EXIT",
+            *background,
+            "wait",
+            *collect,
+            "else",
+            *(inline(n, c) for n, c in sections),
+            "fi",
+        ]
+    parts += [inline(n, c) for n, c in last]
+    return "\n".join(parts) + "\n"
+
+
 def gather_script(paths: tuple[str, ...] = ()) -> str:
     """The one script a host runs for all its facts.  ``paths`` (and /dev/shm) get a line each
     with the size and free space of their filesystem."""
-    parts = [_PRELUDE]
     disk_paths = tuple(dict.fromkeys((*paths, SHM)))
     disk = (
         "for p in " + " ".join(shlex.quote(p) for p in disk_paths) + "; do q=$p; "
         "while [ ! -e \"$q\" ] && [ \"$q\" != / ]; do q=$(dirname \"$q\"); done; "
         "printf '%s\\t%s\\n' \"$p\" \"$(df -P -B1 \"$q\" 2>/dev/null | tail -n 1)\"; done"
     )
-    sections = [*_SECTIONS, ("disk", disk), ("clock_end", "date +%s.%N")]
-    for name, cmd in sections:
-        # Every section runs even if an earlier one failed; stderr is folded into the section
-        # so a missing tool is visible, and the marker carries the exit status.
-        parts.append(f"out=$( {{ {cmd} ; }} 2>&1 ); rc=$?; echo '{MARKER}{name} rc='$rc; "
-                     "printf '%s\\n' \"$out\"")
-    return "\n".join(parts) + "\n"
+    clock = "date +%s.%N"
+    return sections_script([*_SECTIONS[1:], ("disk", disk)], first=_SECTIONS[:1], last=[("clock_end", clock)])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

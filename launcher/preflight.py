@@ -42,7 +42,7 @@ from typing import Iterable, Literal, Mapping, Sequence
 from launcher import network
 from launcher.engines import flags
 from launcher.engines.context import BOOTSTRAP, DIST_INIT, MASTER_PORT, NIXL_SIDE_CHANNEL, RAY
-from launcher.facts import MARKER, HostFacts, split_sections
+from launcher.facts import HostFacts, sections_script, split_sections
 from launcher.model import Host, Inventory, Plan, Playbook, Recipe, Unit
 
 Status = Literal["pass", "warn", "fail"]
@@ -243,13 +243,25 @@ def probe_paths(plan: Plan, inventory: Inventory, recipe: Recipe) -> dict[str, t
     return {h: tuple(sorted(ps)) for h, ps in out.items()}
 
 
+def _rdma_container(u: Unit, inventory: Inventory) -> bool:
+    """A containerised data-plane rank on a host with an RDMA fabric."""
+    return u.container is not None and data_plane(u) and inventory.host(u.host).spec.fabric != "none"
+
+
+def _device_dropped(u: Unit) -> bool:
+    """The rendered flags pass no /dev/infiniband and nothing else that could (no extra docker
+    args): the container cannot see it, so there is nothing to run to find out."""
+    return u.container is not None and "/dev/infiniband" not in u.container.devices and not u.container.extra_args
+
+
 def image_units(plan: Plan, inventory: Inventory) -> tuple[Unit, ...]:
-    """Units whose image gets the /dev/infiniband probe: containerised data-plane ranks on hosts
-    with an RDMA fabric (one per host and image/flags)."""
+    """Units whose image gets the /dev/infiniband probe (a ``docker run`` on the host):
+    containerised data-plane ranks on hosts with an RDMA fabric whose flags pass the device (one
+    per host and image/flags)."""
     seen: set[tuple[str, tuple[str, ...]]] = set()
     out = []
     for u in plan.units:
-        if u.container is None or not data_plane(u) or inventory.host(u.host).spec.fabric == "none":
+        if not _rdma_container(u, inventory) or _device_dropped(u):
             continue
         key = (u.host, rdma_probe_flags(u))
         if key not in seen:
@@ -328,10 +340,6 @@ def reach_targets(plan: Plan, inventory: Inventory) -> tuple[ReachTarget, ...]:
 # ---------------------------------------------------------------------------------------------
 
 
-def _section(name: str, cmd: str) -> str:
-    return f"out=$( {{ {cmd} ; }} 2>&1 ); rc=$?; echo '{MARKER}{name} rc='$rc; printf '%s\\n' \"$out\""
-
-
 def host_probe_script(paths: Sequence[str], images: Sequence[Unit] = (), level: Level = "cheap") -> str:
     """One shell script per host: listening TCP ports, our running units, each path's size
     and file count with its fleet.sha256 verdict, and the /dev/infiniband probe per image unit.
@@ -339,15 +347,14 @@ def host_probe_script(paths: Sequence[str], images: Sequence[Unit] = (), level: 
     Sections: ``ports``, ``units``, ``path:<i>`` (``exists bytes files``), ``manifest:<i>``,
     ``image:<unit>`` (``i`` indexes ``paths``)."""
     parts = [
-        "fleet_t() { if command -v timeout >/dev/null 2>&1; then timeout \"$@\"; else shift; \"$@\"; fi; }",
-        _section("ports", "(ss -Htln 2>/dev/null || netstat -tln 2>/dev/null) | awk '{print $4}'"),
-        _section("units", "docker ps --format '{{.Names}}' 2>/dev/null; "
+        ("ports", "(ss -Htln 2>/dev/null || netstat -tln 2>/dev/null) | awk '{print $4}'"),
+        ("units", "docker ps --format '{{.Names}}' 2>/dev/null; "
                  "systemctl list-units --type=service --state=active --plain --no-legend 'fleet-*' "
                  "2>/dev/null | awk '{print $1}'; true"),
     ]
     for i, p in enumerate(paths):
         q = shlex.quote(p)
-        parts.append(_section(
+        parts.append((
             f"path:{i}",
             f"if [ -e {q} ]; then b=$(fleet_t {DU_TIMEOUT_S} du -sbL {q} 2>/dev/null | cut -f1); "
             f"n=$(find -L {q} -type f 2>/dev/null | wc -l); echo \"1 ${{b:--}} $n\"; else echo '0 - -'; fi",
@@ -359,7 +366,7 @@ def host_probe_script(paths: Sequence[str], images: Sequence[Unit] = (), level: 
         else:
             verify = (f"cd {q} && n=0; while read -r s f; do f=${{f#\\*}}; n=$((n+1)); "
                       f"[ -f \"$f\" ] || echo \"$f: missing\"; done < {MANIFEST}; echo \"listed $n\"")
-        parts.append(_section(f"manifest:{i}", f"if [ -f {m} ]; then ( {verify} ); else echo none; fi"))
+        parts.append((f"manifest:{i}", f"if [ -f {m} ]; then ( {verify} ); else echo none; fi"))
     for u in images:
         name = PROBE_CONTAINER_PREFIX + u.name
         assert u.container is not None
@@ -367,13 +374,13 @@ def host_probe_script(paths: Sequence[str], images: Sequence[Unit] = (), level: 
                           *rdma_probe_flags(u)[:-1], "--entrypoint", "ls", u.container.image,
                           "-1", "/dev/infiniband"))
         image = shlex.quote(u.container.image)
-        parts.append(_section(
+        parts.append((
             f"image:{u.name}",
             f"docker rm -f {shlex.quote(name)} >/dev/null 2>&1; "
             f"if ! docker image inspect {image} >/dev/null 2>&1; then echo 'fleet: image not present'; exit 3; fi; "
             f"fleet_t {DOCKER_RUN_TIMEOUT_S} {run}",
         ))
-    return "\n".join(parts) + "\n"
+    return sections_script(parts)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -918,6 +925,14 @@ def _present(u: Unit, name: str, what: str, path: str, p: PathProbe) -> Check:
     return Check(host=u.host, unit=u.name, name=name, status="pass", message=f"{path} ({size}{checked})")
 
 
+def _dropped_check(u: Unit) -> Check:
+    assert u.container is not None
+    return Check(host=u.host, unit=u.name, name="rdma-in-container", status="warn",
+                 message=f"/dev/infiniband is not visible inside {u.container.image}: the playbook drops --device "
+                 "(overrides.drop_docker_flags), so NCCL/Mooncake run over TCP",
+                 fix="remove --device from overrides.drop_docker_flags to use RDMA")
+
+
 def _image_check(u: Unit, probe: ImageProbe) -> Check:
     assert u.container is not None
     image = u.container.image
@@ -930,10 +945,7 @@ def _image_check(u: Unit, probe: ImageProbe) -> Check:
                      message=f"image {image} is not on the host yet; /dev/infiniband inside it not checked",
                      fix=f"docker pull {image}, then run fleet preflight again")
     if probe.status == "absent" and not rendered:
-        return Check(host=u.host, unit=u.name, name="rdma-in-container", status="warn",
-                     message=f"/dev/infiniband is not visible inside {image}: the playbook drops --device "
-                     "(overrides.drop_docker_flags), so NCCL/Mooncake run over TCP",
-                     fix="remove --device from overrides.drop_docker_flags to use RDMA")
+        return _dropped_check(u)
     what = probe.detail if probe.status == "absent" else f"docker run failed: {probe.detail}"
     return Check(host=u.host, unit=u.name, name="rdma-in-container", status="fail",
                  message=f"/dev/infiniband not visible inside {image} with the rendered flags: {what}",
@@ -992,6 +1004,8 @@ def _probe_checks(plan: Plan, inventory: Inventory, recipe: Recipe, probes: Prob
         image = probes.images.get((u.host, u.name))
         if image is not None:
             out.append(_image_check(u, image))
+        elif _rdma_container(u, inventory) and _device_dropped(u):
+            out.append(_dropped_check(u))  # known from the plan: image_units probes nothing for it
     out.extend(_reach_checks(probes))
     for g, per_host in sorted(sizes.items()):
         present = {s for s in per_host.values() if s is not None}

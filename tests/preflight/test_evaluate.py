@@ -342,6 +342,24 @@ def test_rdma_in_image_verdicts() -> None:
                         "/dev/infiniband inside it not checked (fix: docker pull img, then run fleet preflight again)")
 
 
+def test_dropped_device_is_judged_from_the_plan_without_a_docker_run() -> None:
+    plan, inv, facts = setup()
+    r0, r1 = plan.units
+    assert r1.container is not None and "/dev/infiniband" in r1.container.devices
+    assert [u.name for u in preflight.image_units(plan, inv)] == [r0.name, r1.name]
+    dropped = dataclasses.replace(r1, container=dataclasses.replace(r1.container, devices=()))
+    plan = dataclasses.replace(plan, units=(r0, dropped))
+    assert [u.name for u in preflight.image_units(plan, inv)] == [r0.name]
+    (c,) = [c for c in preflight.evaluate(plan, inv, RECIPE, facts, probes()) if c.name == "rdma-in-container"]
+    assert c.line() == ("warn: gpu-02/fleet-ds-rank0-r1: rdma-in-container: /dev/infiniband is not visible inside "
+                        "img: the playbook drops --device (overrides.drop_docker_flags), so NCCL/Mooncake run over "
+                        "TCP (fix: remove --device from overrides.drop_docker_flags to use RDMA)")
+    # Extra docker args could pass the device some other way (--privileged, -v /dev:/dev): probe it.
+    sneaky = dataclasses.replace(dropped, container=dataclasses.replace(dropped.container, extra_args=("--privileged",)))
+    plan = dataclasses.replace(plan, units=(r0, sneaky))
+    assert [u.name for u in preflight.image_units(plan, inv)] == [r0.name, r1.name]
+
+
 def test_reach_verdicts() -> None:
     plan, inv, facts = setup()
     t = ReachTarget(label="dist-init", group="ds/rank0", unit="fleet-ds-rank0-r0", host="gpu-01", ip="10.0.11.1",
