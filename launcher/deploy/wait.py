@@ -62,13 +62,13 @@ probe() {
   esac >/dev/null 2>&1
 }
 probes() {
-  ok=1 res= i=0
+  ok=1 res= j=0
   while [ "$#" -ge 3 ]; do
     if [ -n "$3" ]; then
       if probe "$3"; then r=1; else r=0 ok=0; fi
-      res="${res}fleet-wait:probe $i $r$nl"
+      res="${res}fleet-wait:probe $j $r$nl"
     fi
-    i=$((i+1)); shift 3
+    j=$((j+1)); shift 3
   done
 }
 live() {
@@ -99,17 +99,17 @@ live() {
   fi
   if [ "$seen" -lt "$n" ]; then bad=1; fi
 }
-end=$(($(date +%s)+w)) i=0
+end=$(($(date +%s)+w)) look=0
 while :; do
   probes "$@"
   last=0
   if [ "$(date +%s)" -ge "$end" ]; then last=1; fi
-  if [ "$ok" = 1 ] || [ "$last" = 1 ] || [ $((i%4)) = 0 ]; then
+  if [ "$ok" = 1 ] || [ "$last" = 1 ] || [ $((look%4)) = 0 ]; then
     live
     if [ "$bad" = 1 ] || [ "$last" = 1 ] || { [ "$ok" = 1 ] && [ "$up" = "$n" ]; }; then break; fi
   fi
   sleep "$step" 2>/dev/null || sleep 1
-  i=$((i+1))
+  look=$((look+1))
 done
 printf 'fleet-wait:docker\n%s\nfleet-wait:systemd\n%s\n%sfleet-wait:end\n' "$dout" "$sout" "$res"
 """
