@@ -10,7 +10,8 @@ specific, everything else in the range is refused, and hosts have no default rou
 packet can leave the machine.
 
 Each host runs, in its own mount+UTS namespace (``hostinit.py``): its hostname, its own /srv,
-/run, /etc/fleet, /var/lib/fleet and cgroup mounts, fake hardware tools and sysfs (``fakehw``),
+/run, /etc/fleet, /var/lib/fleet and cgroup mounts, an empty root ``~/.bashrc`` (this machine's
+costs every SSH command), fake hardware tools and sysfs (``fakehw``),
 an OpenSSH sshd (own ed25519 host key, key-only auth) and a dockerd+containerd (data-root seeded
 from the image template, socket ``<hostdir>/run/docker.sock``, ``/var/run/docker.sock`` on the
 host itself).
