@@ -55,11 +55,11 @@ def _builder() -> str:
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("packaging")
     src = tmp / "src"
+    src.mkdir()
     for name in BUILD_INPUTS:
         if (REPO / name).is_dir():
             shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
-            src.mkdir(exist_ok=True)
             shutil.copy2(REPO / name, src / name)
     _run([_builder(), "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
           "--disable-pip-version-check", "-q", "-w", str(tmp / "dist"), str(src)], cwd=tmp)  # fmt: skip
