@@ -6,7 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export DEBIAN_FRONTEND=noninteractive
-apt_pkgs=(openssh-server openssh-client iproute2 nftables iptables busybox-static docker.io systemd curl libibverbs1)
+# python3-setuptools + python3-wheel: tests/unit/test_packaging.py builds the wheel offline with the OS python3.
+apt_pkgs=(openssh-server openssh-client iproute2 nftables iptables busybox-static docker.io systemd curl libibverbs1
+          python3-pip python3-setuptools python3-wheel)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -242,6 +242,13 @@ def logs_command(
 
 
 DEMO_PLAYBOOKS = ("pd-2p1d.yaml", "pp2.yaml")
+
+
+def sandbox_playbooks() -> Path:
+    """The sandbox playbooks: shipped in the wheel as ``launcher/sandbox/playbooks``, else the
+    checkout's ``playbooks/sandbox``."""
+    packaged = Path(__file__).resolve().parents[1] / "sandbox" / "playbooks"
+    return packaged if packaged.is_dir() else packaged.parents[2] / "playbooks" / "sandbox"
 DEMO_MIN_HOSTS = 15  # PD: 2 prefill + 1 decode instances of 2 RTX-6000D nodes each + a router
 
 
@@ -259,7 +266,8 @@ def demo_command(keep: bool, n_hosts: int, name: str) -> None:
 
     from launcher.sandbox import fleet as sandbox
 
-    root = Path(__file__).resolve().parents[2] / "playbooks" / "sandbox"
+    root = sandbox_playbooks()
+    shown = root if not root.is_relative_to(Path.cwd()) else root.relative_to(Path.cwd())
     timings: list[tuple[str, float]] = []
     started = time.monotonic()
 
@@ -278,7 +286,7 @@ def demo_command(keep: bool, n_hosts: int, name: str) -> None:
         with _connector((st.known_hosts,), False) as connector:
             for pb in DEMO_PLAYBOOKS:
                 target = load_target(str(root / pb), st.inventory, None, ())
-                click.echo(f"\n$ fleet up playbooks/sandbox/{pb} -i {st.inventory} --known-hosts {st.known_hosts}",
+                click.echo(f"\n$ fleet up {shown / pb} -i {st.inventory} --known-hosts {st.known_hosts}",
                            err=True)  # fmt: skip
                 t = time.monotonic()
                 deployed.append(target)
@@ -294,20 +302,20 @@ def demo_command(keep: bool, n_hosts: int, name: str) -> None:
                     code = _demo_ask(target) or code
                     timed(f"request {target.deployment}", t)
                 for target in deployed:
-                    click.echo(f"\n$ fleet status playbooks/sandbox/{_playbook_of(target)} -i {st.inventory}", err=True)
+                    click.echo(f"\n$ fleet status {shown / _playbook_of(target)} -i {st.inventory}", err=True)
                     print_table(table(("host", "unit", "role", "rank", "state", "health", "gen", "drift"),
                                       status_rows(status(target, connector.connect)),
                                       title=f"{target.deployment} ({target.recipe})"))  # fmt: skip
             if not keep:
                 for target in reversed(deployed):
-                    click.echo(f"\n$ fleet down playbooks/sandbox/{_playbook_of(target)} -i {st.inventory}", err=True)
+                    click.echo(f"\n$ fleet down {shown / _playbook_of(target)} -i {st.inventory}", err=True)
                     t = time.monotonic()
                     _print_report(orchestrate.down(target, connector.connect, Options()), False)
                     timed(f"fleet down {target.deployment}", t)
     finally:
         if keep:
             click.echo(f"\nkept: sandbox {name} (inventory {st.inventory}, known hosts {st.known_hosts}); "
-                       f"try `fleet status playbooks/sandbox/pd-2p1d.yaml -i {st.inventory} --known-hosts "
+                       f"try `fleet status {shown / 'pd-2p1d.yaml'} -i {st.inventory} --known-hosts "
                        f"{st.known_hosts}`, remove with `fleet sandbox down --name {name}`", err=True)  # fmt: skip
         else:
             t = time.monotonic()
@@ -328,7 +336,8 @@ def _demo_ask(target: Target) -> ExitCode | None:
     from launcher.deploy import demo
 
     ep = demo.endpoint(target)
-    what = "the real sglang-router, PD mode" if ep.role == "router" else f"{ep.role} 0"
+    pd = any(d.unit.role == "prefill" for d in target.units)
+    what = f"the router{', PD mode' if pd else ''}" if ep.role == "router" else f"{ep.role} 0"
     click.echo(f"\n$ curl -d '{{\"messages\": [...]}}' {ep.url}/v1/chat/completions   # {ep.host}: {what}",
                err=True)  # fmt: skip
     try:
