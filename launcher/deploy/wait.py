@@ -153,12 +153,12 @@ class UnreadableWait(FleetError):
 
 def parse_wait(units: Sequence[Desired], result: Result) -> Seen:
     host = result.host
-    if result.exit_status == NO_PROBE_TOOL:
-        raise RemoteError(host, "sh", NO_PROBE_TOOL, result.stderr_text)
     if not result.ok:
         err = tail(result.stderr_text)
-        if err.startswith(_SYSTEMCTL):
+        if err.startswith(_SYSTEMCTL):  # systemctl's own status, whatever it is (127: no systemctl)
             raise RemoteError(host, _SYSTEMCTL.rstrip(": "), result.exit_status, err.removeprefix(_SYSTEMCTL))
+        if result.exit_status == NO_PROBE_TOOL:
+            raise RemoteError(host, "sh", NO_PROBE_TOOL, err)
         raise RemoteError(host, LABEL, result.exit_status, err or tail(result.stdout_text))
     text: dict[str, list[str]] = {"docker": [], "systemd": []}
     probes: dict[str, bool] = {}

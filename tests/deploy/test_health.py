@@ -228,6 +228,12 @@ def test_systemctl_failing_names_the_host_and_systemctl(host: Host) -> None:
     }
 
 
+def test_no_systemctl_is_not_taken_for_a_missing_probe_tool(host: Host) -> None:
+    (host.bin / "systemctl").unlink()
+    error = errors(run_gate([systemd(units(R1)[0])], local("h2")))["g0"]
+    assert error is not None and error.startswith("h2: systemctl show: exit 127: ") and error.endswith("not found")
+
+
 def test_docker_daemon_down_names_the_host(host: Host) -> None:
     host.set("docker.down", "")
     assert errors(run_gate(units(R0, R1), local("h1", "h2")))["g0"] == (
