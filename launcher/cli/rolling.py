@@ -24,7 +24,7 @@ from launcher.output import dumps, print_table, table
 from launcher.deploy.orchestrate import Connect, Target
 from launcher.output import Progress
 from launcher.rolling.roll import Action, RollOptions, RollReport, roll, up_rolling
-from launcher.rolling.router_api import RouterClient
+from launcher.rolling.router_api import RouterClient, RouterError
 
 
 def rolling_options(
@@ -101,6 +101,39 @@ def _routers(urls: Sequence[str]) -> tuple[RouterClient, ...]:
     return tuple(RouterClient(u) for u in urls)
 
 
+def planned_routers(target: Target) -> tuple[str, ...]:
+    """The deployment's own router (a ``router`` placement in front of single/multinode
+    replicas), reached at its host's SSH address: what a rolling restart drains through when no
+    ``--router`` is given.  PD routers are not: their workers are prefill/decode pairs, which
+    roll by cohort behind a front router."""
+    if any(d.unit.role in ("prefill", "decode") for d in target.units):
+        return ()
+    hosts = {h.name: h for h in target.hosts}
+    return tuple(
+        f"http://{hosts[d.host].address}:{d.unit.ports['router']}"
+        for d in target.units
+        if d.unit.role == "router" and d.host in hosts and "router" in d.unit.ports
+    )
+
+
+def _router_urls(given: Sequence[str], target: Target) -> tuple[str, ...]:
+    """``--router`` as given, else the deployment's own routers that answer (one that does not
+    -- not deployed yet, or down -- is named and left out: groups then restart undrained)."""
+    if given:
+        return tuple(given)
+    answering = []
+    for url in planned_routers(target):
+        try:
+            RouterClient(url).workers()
+        except RouterError as err:
+            click.echo(f"fleet: note: the deployment's router does not answer ({err}); groups are not "
+                       "drained through it", err=True)  # fmt: skip
+            continue
+        click.echo(f"fleet: note: draining through the deployment's router {url} (--router overrides)", err=True)
+        answering.append(url)
+    return tuple(answering)
+
+
 def _common(f: click.decorators.FC) -> click.decorators.FC:
     for opt in reversed(
         (
@@ -154,7 +187,8 @@ def _run(
                 action=action, secret_flags=secrets,
             )  # fmt: skip
         else:
-            report = roll(target, connector.connect, _routers(router_urls), options, progress, action=action)
+            routers = _routers(_router_urls(router_urls, target))
+            report = roll(target, connector.connect, routers, options, progress, action=action)
     print_roll_report(report, as_json)
     sys.exit(int(report.exit_code))
 
@@ -199,6 +233,6 @@ def run_rolling_up(
         playbook, rolling=True, max_unavailable=None, drain_timeout_s=None, forks=forks, timeout_s=timeout_s,
         break_lock=break_lock,
     )  # fmt: skip
-    report = up_rolling(target, connect, _routers(router_urls), options, progress)
+    report = up_rolling(target, connect, _routers(_router_urls(router_urls, target)), options, progress)
     print_roll_report(report, as_json)
     return int(report.exit_code)
