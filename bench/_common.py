@@ -156,38 +156,19 @@ def peer_version(tool: str) -> str:
 # sandbox
 
 
-NEUTRAL_BASHRC = Path("/var/cache/fleet-bench/neutral-bashrc")
-
-
 @contextlib.contextmanager
-def sandbox(name: str, n: int, *, docker: bool, host_bashrc: bool = False) -> Iterator[object]:
+def sandbox(name: str, n: int, *, docker: bool) -> Iterator[object]:
     """A sandbox fleet of ``n`` hosts under ``name`` (its own namespaces, guard route, state
-    dir); torn down on exit, also after errors and Ctrl-C.
-
-    The sandbox hosts share this machine's root filesystem, so every SSH command on them runs
-    this machine's ``/root/.bashrc`` (bash reads it for commands sshd starts); here that file
-    runs ``pyenv init`` and costs ~0.3 s per command, for every tool alike -- a production host
-    has no such cost.  Unless ``host_bashrc``, an empty file is bind-mounted over it inside each
-    bench host's own mount namespace (the root namespace is untouched)."""
+    dir); torn down on exit, also after errors and Ctrl-C.  Its hosts see an empty root
+    ``~/.bashrc`` (the sandbox's own host setup): this machine's runs ``pyenv init``, ~0.3 s per
+    SSH command that a production host does not pay."""
     from launcher.sandbox import fleet
 
     st = fleet.up(name, n, docker=docker)
     try:
-        if not host_bashrc:
-            neutralise_bashrc(st)
         yield st
     finally:
         fleet.down(name)
-
-
-def neutralise_bashrc(st: object) -> None:
-    if not Path("/root/.bashrc").exists():
-        return
-    NEUTRAL_BASHRC.parent.mkdir(parents=True, exist_ok=True)
-    NEUTRAL_BASHRC.write_text("# fleet bench: root's bashrc on sandbox hosts (see bench/_common.py)\n")
-    for h in st.hosts:  # type: ignore[attr-defined]
-        subprocess.run(("nsenter", "-t", str(h.sshd.pid), "-m", "mount", "--bind", str(NEUTRAL_BASHRC),
-                        "/root/.bashrc"), check=True, capture_output=True)  # fmt: skip
 
 
 def require_root() -> None:

@@ -1,10 +1,11 @@
 """Bring-up overhead of ``fleet up``: wall time to all-healthy minus the units' own start delay.
 
-    sudo python3 bench/bringup.py --runs 3 [--delay 5] [--scenarios pp2,pd]
+    sudo python3 bench/bringup.py --runs 3 [--delay 5] [--scenarios pp2-router,pd,pp2] [--skip-preflight]
 
 Scenarios (``playbooks/bench/``), on one sandbox fleet with dockerd on every host (7 hosts for
 pp2 alone, 11 with pd):
-  pp2  Kimi TP8 PP2 over two hosts (h6, h7): 2 engine units, one restart group.
+  pp2         Kimi TP8 PP2 over two hosts (h6, h7): 2 engine units, one restart group.
+  pp2-router  the same behind a real sglang-router on h1 (regular mode): 3 units, 2 start steps.
   pd   GLM 2P1D, TP8 PP2 per role (prefill h9-h12, decode h13-h14, two nodes per instance),
        mooncake transfer, sglang-router on h15: 7 units, 4 groups, 2 start steps.
 Hosts h9-h14 are retagged RTX-6000D in the bench's copy of the sandbox inventory (the GLM PD
@@ -14,14 +15,15 @@ Every engine stand-in delays its readiness by ``FLEET_STANDIN_START_DELAY`` (``-
 written into the playbook's ``overrides.env``); overhead = wall time of the ``fleet up`` process
 (fresh process: imports, load, plan, render, SSH, docker, health gate) - delay.  Each timed run
 starts from nothing (``fleet down`` before it, untimed) and must end with every unit healthy.
-Like ``bench/fanout.py`` this neutralises the machine's /root/.bashrc on the sandbox hosts
-(``--host-bashrc`` keeps it).
+The stand-in's fixed delay makes the units' own start known; the run also measures it "by hand"
+(the same containers started over open connections, no orchestration) to split fleet's share.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 import time
@@ -50,11 +52,13 @@ from _common import (  # noqa: E402
 
 SCENARIOS = {
     "pp2": REPO / "playbooks/bench/pp2.yaml",
+    "pp2-router": REPO / "playbooks/bench/pp2-router.yaml",
     "pd": REPO / "playbooks/bench/pd-2p1d.yaml",
 }
 RTX_HOSTS = ("h9", "h10", "h11", "h12", "h13", "h14")
-HOSTS = {"pp2": 7, "pd": 15}  # sandbox hosts each scenario needs (h1..hN)
-TARGETS = {"pp2": 1.0, "pd": 2.0}
+HOSTS = {"pp2": 7, "pp2-router": 7, "pd": 15}  # sandbox hosts each scenario needs (h1..hN)
+ROUTER_UNIT = re.compile(r"-router-r\d+$")  # unit names end in <role>-r<rank>; deployments may say "router"
+TARGETS = {"pp2": 1.0, "pp2-router": 1.0, "pd": 2.0}
 
 
 def bench_inventory(st: Any, dest: Path) -> Path:
@@ -79,7 +83,7 @@ def timeline(events: list[tuple[float, str, str]]) -> dict[str, float | None]:
     """When the last unit reached each stage (seconds since fork)."""
 
     def last(prefix: str, engines_only: bool = False) -> float | None:
-        ts = [t for t, who, st in events if st.startswith(prefix) and (not engines_only or "-router-" not in who)]
+        ts = [t for t, who, st in events if st.startswith(prefix) and (not engines_only or not ROUTER_UNIT.search(who))]
         return max(ts) if ts else None
 
     first = min((t for t, who, _ in events if who), default=None)
@@ -88,12 +92,13 @@ def timeline(events: list[tuple[float, str, str]]) -> dict[str, float | None]:
             "failed": last("failed")}  # fmt: skip
 
 
-def one_run(pb: Path, inv: Path, known: str, delay: float) -> dict[str, Any]:
+def one_run(pb: Path, inv: Path, known: str, delay: float, preflight: bool = True) -> dict[str, Any]:
     down = run_timed(fleet("down", str(pb), "-i", str(inv), "--known-hosts", known, "--quiet"), cwd=REPO)
     if down.rc != 0:
         raise SystemExit(f"fleet down failed before a run:\n{down.stderr[-2000:]}")
     load = loadavg()[0]
-    wall, cpu, rc, stdout, events = run_streamed(fleet("up", str(pb), "-i", str(inv), "--known-hosts", known))
+    skip = () if preflight else ("--skip-preflight",)
+    wall, cpu, rc, stdout, events = run_streamed(fleet("up", str(pb), "-i", str(inv), "--known-hosts", known, *skip))
     tl = timeline(events)
     rec: dict[str, Any] = {"wall_s": round(wall, 3), "overhead_s": round(wall - delay, 3),
                            "client_cpu_s": round(cpu, 3), "rc": rc, "load1_before": load,
@@ -111,9 +116,10 @@ def one_run(pb: Path, inv: Path, known: str, delay: float) -> dict[str, Any]:
 
 def floor(pb: Path, inv: Path, known: str) -> dict[str, Any]:
     """The units' own start time, without fleet's orchestration: with the files ``fleet up`` just
-    installed, remove the first start step's containers, then start them all at once over
-    already-open SSH connections and poll every serving rank's health URL from its host every
-    50 ms.  Returns seconds from the first start to all healthy."""
+    installed, remove every unit's container, then step by step (engines, then the router) start
+    the step's units all at once over already-open SSH connections and poll every health URL of
+    the step from its host every 50 ms; the next step starts the moment the last one answers.
+    Returns seconds from the first start to the last step healthy (``steps_s``: per step)."""
     import threading
 
     from launcher.cli.deploy import load_target
@@ -123,14 +129,14 @@ def floor(pb: Path, inv: Path, known: str) -> dict[str, Any]:
     from launcher.execute.ssh import SshConnector
 
     target = load_target(str(pb), str(inv), None, ())
-    first = min(step_of([d]) for d in target.units)
-    units = [d for d in target.units if step_of([d]) == first]
+    steps = sorted({step_of([d]) for d in target.units})
     hosts = {h.name: h for h in target.hosts}
+    done: dict[str, float] = {}
+    step_s: list[float] = []
     with SshConnector(KnownHosts((known,), record_to=os.devnull)) as conn:
-        transports = {d.name: conn.connect(hosts[d.host]) for d in units}
-        for d in units:  # sequential: untimed
+        transports = {d.name: conn.connect(hosts[d.host]) for d in target.units}
+        for d in reversed(target.units):  # sequential: untimed
             transports[d.name].run(stop_argv(d.unit.runtime, d.name), timeout=120, check=True)
-        done: dict[str, float] = {}
         t0 = time.perf_counter()
 
         def one(d: Any) -> None:
@@ -145,14 +151,18 @@ def floor(pb: Path, inv: Path, known: str) -> dict[str, Any]:
                     return
                 time.sleep(0.05)
 
-        threads = [threading.Thread(target=one, args=(d,)) for d in units]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-    leaders = [d.name for d in units if d.unit.health is not None]
-    ok = all(n in done for n in leaders)
-    return {"floor_s": round(max(done.values()), 3) if ok else None, "units": len(units), "ok": ok}
+        for step in steps:
+            started = time.perf_counter()
+            units = [d for d in target.units if step_of([d]) == step]
+            threads = [threading.Thread(target=one, args=(d,)) for d in units]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+            step_s.append(round(time.perf_counter() - started, 3))
+            if not all(d.name in done for d in units if d.unit.health is not None):
+                return {"floor_s": None, "units": len(target.units), "steps_s": step_s, "ok": False}
+    return {"floor_s": round(max(done.values()), 3), "units": len(target.units), "steps_s": step_s, "ok": True}
 
 
 PROFILE_WRAPPER = """
@@ -192,39 +202,41 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="fleet up overhead to all-healthy (sandbox, dockerd)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--delay", default="5", help="stand-in start delay(s), comma-separated")
-    ap.add_argument("--scenarios", default="pp2,pd")
+    ap.add_argument("--scenarios", default="pp2-router,pd,pp2")
     ap.add_argument("--name", default="bench")
-    ap.add_argument("--host-bashrc", action="store_true")
     ap.add_argument("--profile", action="store_true", help="one more pp2 run under cProfile")
     ap.add_argument("--no-floor", action="store_true", help="skip the units' own start time (by hand)")
+    ap.add_argument("--preflight", default="on,off",
+                    help="fleet up with its preflight gate (on), with --skip-preflight (off), or both")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     require_root()
     delays = [float(d) for d in args.delay.split(",")]
     scenarios = [s for s in args.scenarios.split(",") if s]
-    doc: dict[str, Any] = {"benchmark": "bringup", "machine": machine(), "argv": sys.argv, "runs": [],
-                           "host_bashrc": args.host_bashrc}  # fmt: skip
+    modes = [m == "on" for m in args.preflight.split(",") if m]
+    labels = [sc if pf else f"{sc} --skip-preflight" for sc in scenarios for pf in modes]
+    doc: dict[str, Any] = {"benchmark": "bringup", "machine": machine(), "argv": sys.argv, "runs": []}  # fmt: skip
     os.environ.setdefault("FLEET_NO_COLOR", "1")
     with tempfile.TemporaryDirectory(prefix="fleet-bench-bringup-") as tmp:
         work = Path(tmp)
-        with sandbox(args.name, max(HOSTS[sc] for sc in scenarios), docker=True, host_bashrc=args.host_bashrc) as st:
+        with sandbox(args.name, max(HOSTS[sc] for sc in scenarios), docker=True) as st:
             rtx = bench_inventory(st, work / "inventory-rtx.yaml")
             for scenario in scenarios:
                 inv = rtx if scenario == "pd" else Path(st.inventory)  # type: ignore[attr-defined]
                 for delay in delays:
                     pb = with_delay(SCENARIOS[scenario], work / f"{scenario}.yaml", delay)
-                    for r in range(args.runs):
-                        rec = one_run(pb, inv, st.known_hosts, delay)  # type: ignore[attr-defined]
-                        rec.update(scenario=scenario, delay_s=delay, round=r)
-                        if not args.no_floor and rec.get("engines_healthy_overhead_s") is not None:
+                    for r, pf in ((r, pf) for r in range(args.runs) for pf in modes):
+                        rec = one_run(pb, inv, st.known_hosts, delay, pf)  # type: ignore[attr-defined]
+                        label = scenario if pf else f"{scenario} --skip-preflight"
+                        rec.update(scenario=label, base=scenario, preflight=pf, delay_s=delay, round=r)
+                        if not args.no_floor and rec["ok"]:
                             rec["floor"] = floor(pb, inv, st.known_hosts)  # type: ignore[attr-defined]
                             f = rec["floor"]["floor_s"]
                             if f is not None:
-                                tl = rec["timeline_s"]
-                                rec["fleet_own_s"] = round((rec["wall_s"] if rec["ok"] else tl["engines_healthy"]) - f, 3)
+                                rec["fleet_own_s"] = round(rec["wall_s"] - f, 3)
                         doc["runs"].append(rec)
                         flag = "ok" if rec["ok"] else "FAILED\n" + rec.get("stderr_tail", "")
-                        print(f"  {scenario:<4} delay {delay:g}: wall {rec['wall_s']:.2f} s  overhead "
+                        print(f"  {label:<28} delay {delay:g}: wall {rec['wall_s']:.2f} s  overhead "
                               f"{rec['overhead_s']:.2f} s  floor {rec.get('floor', {}).get('floor_s')} s  cpu {rec['client_cpu_s']:.2f} s  load {rec['load1_before']}  {flag}",
                               file=sys.stderr)  # fmt: skip
                     if args.profile and scenario == "pp2" and delay == delays[0]:
@@ -235,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
                               cwd=REPO)  # type: ignore[attr-defined]  # fmt: skip
     doc["machine"]["loadavg_at_end"] = loadavg()
     rows, summary = [], []
-    for scenario in scenarios:
+    for scenario in labels:
+        target = TARGETS[scenario.split()[0]]
         for delay in delays:
             mine = [r for r in doc["runs"] if r["scenario"] == scenario and r["delay_s"] == delay]
             runs = [r for r in mine if r["ok"]]
@@ -251,14 +264,14 @@ def main(argv: list[str] | None = None) -> int:
                  "floor_median_s": round(median(floors), 3) if floors else None, "floor_range_s": spread(floors),
                  "fleet_own_median_s": round(median(own), 3) if own else None, "fleet_own_range_s": spread(own),
                  "runs_ok": len(runs), "runs_failed": len(mine) - len(runs), "failed_units": failed,
-                 "target_s": TARGETS[scenario]}  # fmt: skip
+                 "target_s": target}  # fmt: skip
             summary.append(s)
             rows.append([scenario, f"{delay:g}", fmt_s(s["wall_median_s"] or float("nan")),
                          f"{fmt_s(s['overhead_median_s'] or float('nan'))} [{s['overhead_range_s']}]",
                          f"{fmt_s(s['engines_healthy_overhead_median_s'] or float('nan'))} [{s['engines_healthy_overhead_range_s']}]",
                          f"{fmt_s(s['floor_median_s'] or float('nan'))} [{s['floor_range_s']}]",
                          f"{fmt_s(s['fleet_own_median_s'] or float('nan'))} [{s['fleet_own_range_s']}]",
-                         f"≤ {TARGETS[scenario]:g}",
+                         f"≤ {target:g}",
                          f"{len(runs)} ok" + (f", {len(mine) - len(runs)} failed ({', '.join(failed)})" if len(mine) > len(runs) else "")])  # fmt: skip
     doc["summary"] = summary
     path = write_results("bringup", doc, args.out)

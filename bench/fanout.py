@@ -8,9 +8,9 @@ status back (the process is alive).  Each tool runs as its own process from the 
 interpreter start-up and imports count, as they do for an operator.
 
 Tools (``--tools``, comma-separated; default all):
-  fleet          bench/fleet_job.py --forks 8 (fleet up's default forks)
-  fleet-forksN   the same with forks = hosts
-  fleet-up       bench/fleet_job.py --steps up: fleet up's whole remote step sequence (10 trips)
+  fleet          bench/fleet_job.py (fleet's default forks, 64; key exchanges capped at 8)
+  fleet-forks8   the same with forks 8 (the default before 2026-11-29's second pass)
+  fleet-up       bench/fleet_job.py --steps up: fleet up's whole remote step sequence (5 trips)
   ansible-f5     ansible-playbook bench/peers/ansible/fanout.yml, forks 5 (ansible's default)
   ansible-fN     the same with forks = hosts
   pyinfra        pyinfra -y INVENTORY bench/peers/pyinfra/fanout_deploy.py (default parallelism)
@@ -63,7 +63,7 @@ from _common import (  # noqa: E402
     write_results,
 )
 
-ALL_TOOLS = ("fleet", "fleet-forksN", "fleet-up", "ansible-f5", "ansible-fN", "pyinfra")
+ALL_TOOLS = ("fleet", "fleet-forks8", "fleet-up", "ansible-f5", "ansible-fN", "pyinfra")
 JOB = BENCH / "job"
 RESET = (
     'p=$(cat /run/fleet-bench/unit.pid 2>/dev/null) && kill "$p" 2>/dev/null; '
@@ -162,9 +162,10 @@ def command(tool: str, st: Any, n: int, work: Path, trace: Path) -> tuple[list[s
     """argv, env, and the ansible control dir to clean (if any)."""
     env = dict(os.environ)
     if tool.startswith("fleet"):
-        forks = n if tool == "fleet-forksN" else 8
         argv = [sys.executable, str(BENCH / "fleet_job.py"), "-i", st.inventory, "--known-hosts", st.known_hosts,
-                "--forks", str(forks), "--trace", str(trace)]  # fmt: skip
+                "--trace", str(trace)]  # fmt: skip
+        if tool == "fleet-forks8":
+            argv += ["--forks", "8"]
         if tool == "fleet-up":
             argv += ["--steps", "up"]
         return argv, env, None
@@ -357,8 +358,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tools", default=",".join(ALL_TOOLS))
     ap.add_argument("--name", default="bench", help="sandbox name (1-12 lowercase letters/digits)")
     ap.add_argument("--profile", action="store_true", help="also profile one fleet run per size")
-    ap.add_argument("--host-bashrc", action="store_true",
-                    help="keep this machine's /root/.bashrc on the hosts (pyenv init: ~0.3 s per command)")
     ap.add_argument("--out", type=Path, default=None, help="results JSON (default bench/results/fanout-*.json)")
     args = ap.parse_args(argv)
     require_root()
@@ -371,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "fanout", "machine": machine(), "argv": sys.argv, "sizes": sizes, "tools": tools,
         "versions": {"ansible-playbook": peer_version("ansible-playbook") if any(t.startswith("ansible") for t in tools) else None,
                      "pyinfra": peer_version("pyinfra") if "pyinfra" in tools else None},
-        "host_bashrc": args.host_bashrc, "runs": [], "profiles": [],
+        "runs": [], "profiles": [],
     }  # fmt: skip
     work_root = Path(tempfile.mkdtemp(prefix="fleet-bench-fanout-"))
     try:
@@ -379,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
             work = work_root / f"n{n}"
             work.mkdir()
             t0 = time.perf_counter()
-            with sandbox(args.name, n, docker=False, host_bashrc=args.host_bashrc) as st:
+            with sandbox(args.name, n, docker=False) as st:
                 print(f"== {n} hosts (sandbox up {time.perf_counter() - t0:.1f} s)", file=sys.stderr)
                 for r in range(args.runs):
                     order = tools[r % len(tools):] + tools[: r % len(tools)]

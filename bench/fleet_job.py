@@ -6,12 +6,12 @@ It drives the hosts through fleet's own execution layer (``launcher.execute``: `
 with strict host keys, ``run_all`` on a bounded pool, one reused connection per host) with the
 same remote operations ``fleet up`` uses to install and start a unit:
 
-* ``--steps job`` (the job every tool does): upload the unit's two files (``Transport.put``:
-  atomic write, parents created, mode set), start it, read its status back.  4 round trips.
+* ``--steps job`` (the job every tool does): upload the unit's two files in one exec
+  (``launcher.execute.files``: atomic writes, parents created, modes set), then start it and read
+  its status back in one more.  2 round trips.
 * ``--steps up``: the whole remote step sequence ``fleet up`` runs for one new unit, with the
-  same builders (``launcher.deploy.lock``, ``steps.read_manifests_argv``): take the deploy lock,
-  read the manifests, read liveness, stop the old instance, upload the files and the manifest,
-  start, read liveness, release the lock.  10 round trips.
+  same builders and batching (``launcher.deploy.lock``, ``steps.read_manifests_argv``): lock +
+  manifests + liveness, stop + files + manifest, start, liveness, unlock.  5 round trips.
 
 Why not ``fleet up`` itself: its runtimes are docker and systemd; these sandbox hosts run no
 dockerd (64 of them do not fit the time budget of a 2-core machine) and no systemd (PID 1 here
@@ -38,9 +38,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from launcher.config.inventory import load_inventory  # noqa: E402
 from launcher.deploy import lock  # noqa: E402
-from launcher.deploy.remote import check, sh  # noqa: E402
+from launcher.deploy.remote import check, failure, sh  # noqa: E402
 from launcher.deploy.steps import read_manifests_argv  # noqa: E402
-from launcher.execute.fanout import Ok, run_all  # noqa: E402
+from launcher.execute.fanout import DEFAULT_FORKS, Ok, run_all  # noqa: E402
+from launcher.execute.files import Put, Step, run_batch, write_files  # noqa: E402
 from launcher.execute.hostkeys import KnownHosts  # noqa: E402
 from launcher.execute.ssh import SshConnector  # noqa: E402
 from launcher.execute.transport import Transport  # noqa: E402
@@ -89,24 +90,32 @@ class TimedConnector:
 
 
 def job(files: dict[str, tuple[bytes, int]], trace: Trace):  # type: ignore[no-untyped-def]
+    """Install both files in one exec (``launcher.execute.files``, what ``fleet up`` installs
+    with), then start and read the status back in one more (how ``fleet up`` batches a host's
+    start commands): 2 round trips."""
+    puts = [Put(path=f"{UNIT_DIR}/{name}", data=data, mode=mode) for name, (data, mode) in files.items()]
+
     def fn(host: Host, t: Transport) -> str:
-        for name, (data, mode) in files.items():
-            t0 = time.time()
-            t.put(f"{UNIT_DIR}/{name}", data, mode)
-            trace.step(host.name, f"put {name}", t0)
         t0 = time.time()
-        check(t, ("sh", f"{UNIT_DIR}/run.sh"), timeout=STEP_TIMEOUT)
-        trace.step(host.name, "start", t0)
+        write_files(t, puts, timeout=STEP_TIMEOUT)
+        trace.step(host.name, "install", t0)
         t0 = time.time()
-        out = check(t, sh(STATUS), timeout=STEP_TIMEOUT)
-        trace.step(host.name, "status", t0)
-        return out.strip()
+        start, status = run_batch(t, [Step(argv=("sh", f"{UNIT_DIR}/run.sh"), label="start"),
+                                      Step(argv=sh(STATUS), label="status")], timeout=STEP_TIMEOUT)  # fmt: skip
+        trace.step(host.name, "start+status", t0)
+        if not start.ok:
+            raise failure(start, "start")
+        return status.stdout_text.strip()
 
     return fn
 
 
 def up_steps(files: dict[str, tuple[bytes, int]], trace: Trace):  # type: ignore[no-untyped-def]
+    """The remote sequence ``fleet up`` runs for one new unit, with its builders and batching:
+    lock + manifests + liveness (1), stop + install files + manifest (2), start (3), liveness
+    (4, the health gate's first look), unlock (5)."""
     owner = lock.owner_line()
+    puts = [Put(path=f"{UNIT_DIR}/{name}", data=data, mode=mode) for name, (data, mode) in files.items()]
 
     def fn(host: Host, t: Transport) -> str:
         def step(name: str, action):  # type: ignore[no-untyped-def]
@@ -115,16 +124,18 @@ def up_steps(files: dict[str, tuple[bytes, int]], trace: Trace):  # type: ignore
             trace.step(host.name, name, t0)
             return value
 
-        step("lock", lambda: lock.acquire(t, DEPLOYMENT, owner))
+        survey = [Step(argv=lock.acquire_argv(DEPLOYMENT, owner), label="lock"),
+                  Step(argv=read_manifests_argv(DEPLOY_DIR), label="manifests"),
+                  Step(argv=sh(STATUS), label="liveness")]  # fmt: skip
+        results = step("lock+survey", lambda: run_batch(t, survey, timeout=STEP_TIMEOUT))
+        if not results[0].ok:
+            raise failure(results[0], "lock")
         try:
-            step("survey manifests", lambda: check(t, read_manifests_argv(DEPLOY_DIR), timeout=STEP_TIMEOUT))
-            step("survey liveness", lambda: t.run(sh(STATUS), timeout=STEP_TIMEOUT))
-            step("stop", lambda: check(t, sh(STOP), timeout=STEP_TIMEOUT))
-            for name, (data, mode) in files.items():
-                step(f"put {name}", lambda d=data, m=mode, n=name: t.put(f"{UNIT_DIR}/{n}", d, m))
             manifest = json.dumps({"deployment": DEPLOYMENT, "unit": "unit", "host": host.name,
-                                   "files": sorted(f"{UNIT_DIR}/{n}" for n in files)}).encode()  # fmt: skip
-            step("put manifest.json", lambda: t.put(f"{UNIT_DIR}/manifest.json", manifest, 0o644))
+                                   "files": sorted(p.path for p in puts)}).encode()  # fmt: skip
+            install = [*puts, Put(path=f"{UNIT_DIR}/manifest.json", data=manifest, mode=0o644)]
+            step("stop+install", lambda: write_files(t, install, steps=[Step(argv=sh(STOP), label="stop")],
+                                                     timeout=STEP_TIMEOUT))  # fmt: skip
             step("start", lambda: check(t, ("sh", f"{UNIT_DIR}/run.sh"), timeout=STEP_TIMEOUT))
             out: str = step("liveness", lambda: check(t, sh(STATUS), timeout=STEP_TIMEOUT))
         finally:
@@ -138,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("-i", "--inventory", required=True)
     ap.add_argument("--known-hosts", required=True)
-    ap.add_argument("--forks", type=int, default=8, help="hosts at a time (fleet up's default: 8)")
+    ap.add_argument("--forks", type=int, default=DEFAULT_FORKS, help=f"hosts at a time (fleet's default: {DEFAULT_FORKS})")
     ap.add_argument("--steps", choices=("job", "up"), default="job")
     ap.add_argument("--trace", type=Path, default=None, help="write phase timings here (JSON)")
     args = ap.parse_args(argv)

@@ -19,7 +19,6 @@ Reported (target: rolling total <= 1.10 x the sum of the groups' own restart tim
 * the sum of the rolling run's batches / the same sum (orchestration cost per batch), and the
   rolling run's fixed cost outside its batches (start-up, load, connect, lock, survey, report).  No router is given: without one
 the roll skips router removal and drains through the engine's own in-flight counter.
-Like the other sandbox benches it neutralises the machine's /root/.bashrc on the hosts.
 """
 
 from __future__ import annotations
@@ -83,7 +82,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--delay", type=float, default=2.0, help="stand-in start delay (s)")
     ap.add_argument("--name", default="bench")
-    ap.add_argument("--host-bashrc", action="store_true")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     require_root()
@@ -95,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                            "delay_s": args.delay, "runs": []}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="fleet-bench-rolling-") as tmp:
         pb = str(playbook(Path(tmp) / "rolling.yaml", hosts, args.delay))
-        with sandbox(args.name, n_hosts, docker=True, host_bashrc=args.host_bashrc) as st:
+        with sandbox(args.name, n_hosts, docker=True) as st:
             common = ("-i", st.inventory, "--known-hosts", st.known_hosts)  # type: ignore[attr-defined]
             up = run_timed(fleet("up", pb, *common, "--quiet"), cwd=REPO)
             if up.rc != 0:

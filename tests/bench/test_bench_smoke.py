@@ -64,7 +64,7 @@ def test_fanout_tiny(tmp_path: Path) -> None:
     assert [(r["tool"], r["hosts"], r["ok"]) for r in doc["runs"]] == [(t, 2, True) for t in tools]
     fleet_run = next(r for r in doc["runs"] if r["tool"] == "fleet")
     assert sorted(fleet_run["trace"]["hosts"]) == ["h1", "h2"]
-    assert [s for s, _, _ in fleet_run["trace"]["hosts"]["h1"]] == ["connect", "put run.sh", "put env", "start", "status"]
+    assert [s for s, _, _ in fleet_run["trace"]["hosts"]["h1"]] == ["connect", "install", "start+status"]
     assert {row["tool"] for row in doc["summary"]["table"]} == set(tools)
     assert "| fleet |" in proc.stdout
 
@@ -73,13 +73,16 @@ def test_fanout_tiny(tmp_path: Path) -> None:
 def test_bringup_tiny(tmp_path: Path) -> None:
     sandbox_prereqs(docker=True)
     out = tmp_path / "bringup.json"
-    run("bringup.py", "--scenarios", "pp2", "--runs", "1", "--delay", "0", "--name", "bsmoke", "--out", str(out))
+    run("bringup.py", "--scenarios", "pp2-router", "--runs", "1", "--delay", "0", "--name", "bsmoke",
+        "--out", str(out))  # fmt: skip
     doc = load(out)
-    (rec,) = doc["runs"]
-    assert rec["ok"] and rec["units"] == 2
-    tl = rec["timeline_s"]
-    assert 0 < tl["first_event"] <= tl["starting"] <= tl["healthy"] <= rec["wall_s"]
-    assert doc["summary"][0]["scenario"] == "pp2" and doc["summary"][0]["runs_ok"] == 1
+    assert [(r["scenario"], r["preflight"], r["ok"], r["units"]) for r in doc["runs"]] == [
+        ("pp2-router", True, True, 3), ("pp2-router --skip-preflight", False, True, 3)]
+    for rec in doc["runs"]:
+        tl = rec["timeline_s"]
+        assert 0 < tl["first_event"] <= tl["engines_healthy"] <= tl["starting"] <= tl["healthy"] <= rec["wall_s"]
+        assert rec["floor"]["ok"] and len(rec["floor"]["steps_s"]) == 2  # engines, then the router
+    assert [s["scenario"] for s in doc["summary"]] == ["pp2-router", "pp2-router --skip-preflight"]
 
 
 @pytest.mark.sandbox
