@@ -1,0 +1,233 @@
+"""Ctrl-C on the sandbox fleet (real sshd and dockerd per host, the engine stand-in), through the
+real ``fleet`` CLI in a subprocess that gets SIGINT, as an operator's terminal sends it.
+
+- ``fleet up`` interrupted in its health gate (the stand-ins delay readiness by 60 s) and in its
+  preflight gate (the hosts' nvidia-smi hangs): exit 130 with ``fleet: interrupted`` last on
+  stderr, the process (and anything it started) gone within seconds, no container of the
+  deployment left on any host, the deploy lock released (a new ``fleet up`` goes through), and
+  no fleet SSH session left open on the hosts.
+- ``fleet logs -f``: both units' lines arrive prefixed ``host/unit | ``, a line logged after the
+  follow began shows up, and Ctrl-C ends it (exit 130) leaving no ``docker logs`` on the hosts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import IO, Callable, Iterator
+
+import pytest
+
+from launcher.sandbox.client import Sandbox
+
+pytestmark = pytest.mark.sandbox
+
+REPO = Path(__file__).resolve().parents[2]
+PP2 = REPO / "playbooks" / "sandbox" / "pp2.yaml"
+DEPLOYMENT = "sb-pp2"
+HOSTS = ("h6", "h7")
+UNITS = {"h6": "fleet-sb-pp2-rank0-r0", "h7": "fleet-sb-pp2-rank0-r1"}
+EXIT_S = 20.0  # safety timeout: Ctrl-C must end fleet well within this
+WAIT_S = 60.0  # safety timeout for a state the test waits for
+
+
+def playbook(tmp_path: Path, delay_s: int) -> Path:
+    """pp2.yaml with the stand-ins' readiness delayed by ``delay_s`` (same name: same deployment)."""
+    extra = f'  env:\n    FLEET_STANDIN_START_DELAY: "{delay_s}"\n'
+    dest = tmp_path / f"delay{delay_s}" / PP2.name
+    dest.parent.mkdir(exist_ok=True)
+    dest.write_text(PP2.read_text().replace("overrides:\n", "overrides:\n" + extra, 1))
+    return dest
+
+
+def argv(sb: Sandbox, *args: str) -> list[str]:
+    return ["fleet", *args, "-i", sb.inventory, "--known-hosts", sb.known_hosts]
+
+
+def run(sb: Sandbox, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv(sb, *args), capture_output=True, text=True, timeout=120, cwd=REPO)
+
+
+class Fleet:
+    """``fleet`` running in its own process group; stdout and stderr go to files."""
+
+    def __init__(self, sb: Sandbox, tmp_path: Path, *args: str) -> None:
+        self.out_path, self.err_path = tmp_path / "fleet.out", tmp_path / "fleet.err"
+        self._out: IO[bytes] = self.out_path.open("wb")
+        self._err: IO[bytes] = self.err_path.open("wb")
+        # SIGINT back to its default: a shell running pytest in the background ignores it, and
+        # the child would inherit that.
+        self.proc = subprocess.Popen(
+            argv(sb, *args), stdout=self._out, stderr=self._err, cwd=REPO, start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )  # fmt: skip
+
+    @property
+    def stdout(self) -> str:
+        return self.out_path.read_text()
+
+    @property
+    def stderr(self) -> str:
+        return self.err_path.read_text()
+
+    def interrupt(self) -> int:
+        """SIGINT, as Ctrl-C sends it; the exit status (fails if fleet outlives ``EXIT_S``)."""
+        assert self.proc.poll() is None, f"fleet ended before Ctrl-C:\n{self.stdout}\n{self.stderr}"
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            rc = self.proc.wait(timeout=EXIT_S)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"fleet still running {EXIT_S:g}s after SIGINT:\n{self.stderr}") from None
+        # Anything fleet started (in its process group) is gone with it.
+        with pytest.raises(ProcessLookupError):
+            os.killpg(self.proc.pid, 0)
+        return rc
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self._out.close()
+        self._err.close()
+
+
+def wait_for(what: str, cond: Callable[[], bool], fleet: Fleet | None = None) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not cond():
+        if fleet is not None and fleet.proc.poll() is not None:
+            raise AssertionError(f"fleet exited {fleet.proc.returncode} while waiting for {what}:\n{fleet.stdout}\n{fleet.stderr}")
+        assert time.monotonic() < deadline, f"no {what} within {WAIT_S:g}s"
+        time.sleep(0.2)
+
+
+def containers(sb: Sandbox, host: str) -> list[str]:
+    res = sb.ssh(host, f"docker ps -aq --filter label=fleet.deployment={DEPLOYMENT}")
+    assert res.rc == 0, res.err
+    return res.out.split()
+
+
+def locked(sb: Sandbox, host: str) -> bool:
+    return sb.ssh(host, f"test -e /run/lock/fleet/{DEPLOYMENT}").rc == 0
+
+
+def processes(sb: Sandbox, host: str) -> list[str]:
+    """Command lines of every process on ``host`` (its sshd's sessions included)."""
+    res = sb.ssh(host, "ps -eo args=")
+    assert res.rc == 0, res.err
+    return [line.strip() for line in res.out.splitlines()]
+
+
+def sessions(sb: Sandbox, host: str) -> int:
+    """Open SSH sessions on ``host`` (this test's own cached connection included)."""
+    return sum(1 for p in processes(sb, host) if p.startswith("sshd:") and "@" in p)
+
+
+def no_trace_left(sb: Sandbox, before: dict[str, int]) -> None:
+    """Nothing of the deployment runs, no lock is held, and the fleet's SSH sessions are gone
+    (sshd reaps a closed connection's session within moments, hence the wait)."""
+    for h in HOSTS:
+        assert containers(sb, h) == [], f"{h}: containers of {DEPLOYMENT} left after Ctrl-C"
+        assert not locked(sb, h), f"{h}: deploy lock left after Ctrl-C"
+        wait_for(f"{h}: fleet's ssh sessions closed", lambda: sessions(sb, h) <= before[h])
+
+
+def up_again(sb: Sandbox, tmp_path: Path) -> None:
+    """A new ``fleet up`` of the deployment is not refused by a leftover lock and comes up."""
+    proc = run(sb, "up", str(playbook(tmp_path, 0)), "--skip-preflight", "-q", "--json")
+    assert "locked by" not in proc.stderr, proc.stderr
+    assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    assert {u["outcome"] for u in json.loads(proc.stdout)["units"]} == {"healthy"}
+
+
+@pytest.fixture
+def sb(sandbox_fleet: Sandbox, tmp_path: Path) -> Iterator[Sandbox]:
+    """The sandbox with no ``sb-pp2`` on it, before and after the test."""
+    if sandbox_fleet.state.mode != "netns":
+        pytest.skip("multi-host deployments need a netns sandbox (loopback hosts share one IP and its ports)")
+    down = ("down", str(playbook(tmp_path, 0)), "-q", "--break-lock")
+    if any(containers(sandbox_fleet, h) or locked(sandbox_fleet, h) for h in HOSTS):
+        run(sandbox_fleet, *down)
+    yield sandbox_fleet
+    if any(containers(sandbox_fleet, h) or locked(sandbox_fleet, h) for h in HOSTS):
+        run(sandbox_fleet, *down)
+
+
+def test_ctrl_c_in_health_gate_leaves_nothing_half_up(sb: Sandbox, tmp_path: Path) -> None:
+    before = {h: sessions(sb, h) for h in HOSTS}
+    fleet = Fleet(sb, tmp_path, "up", str(playbook(tmp_path, 60)), "--skip-preflight")
+    try:
+        # Both ranks started; their stand-ins stay unready for 60 s: fleet is in its health gate.
+        wait_for("containers on both hosts", lambda: all(containers(sb, h) for h in HOSTS), fleet)
+        assert all(locked(sb, h) for h in HOSTS), "the deploy holds its lock while it waits"
+        assert all(sessions(sb, h) > before[h] for h in HOSTS), "fleet's own ssh sessions are seen"
+        rc = fleet.interrupt()
+    finally:
+        fleet.close()
+    assert rc == 130, fleet.stderr
+    assert fleet.stderr.endswith("fleet: interrupted\n"), fleet.stderr
+    no_trace_left(sb, before)
+    up_again(sb, tmp_path)
+
+
+def test_ctrl_c_in_preflight_gate_starts_nothing(sb: Sandbox, tmp_path: Path) -> None:
+    # Each host's fake nvidia-smi (read by the preflight's fact gathering) first says it was
+    # called, then hangs: fleet is deterministically inside its preflight gate.
+    marker = "fleet-int-preflight"
+    wrappers = {h: Path(sb.host(h).dir) / "fakehw" / "bin" / "nvidia-smi" for h in HOSTS}
+    originals = {h: w.read_text() for h, w in wrappers.items()}
+    for h, w in wrappers.items():
+        hang = f"touch /run/{marker}; python3 -c 'import time; time.sleep(30)' {marker}\n"
+        w.write_text(originals[h].replace("exec ", hang + "exec ", 1))
+    before = {h: sessions(sb, h) for h in HOSTS}
+    try:
+        fleet = Fleet(sb, tmp_path, "up", str(playbook(tmp_path, 0)))
+        try:
+            wait_for("preflight on both hosts", lambda: all(sb.ssh(h, f"test -e /run/{marker}").rc == 0 for h in HOSTS), fleet)
+            rc = fleet.interrupt()
+        finally:
+            fleet.close()
+    finally:
+        for h, w in wrappers.items():
+            w.write_text(originals[h])
+            sb.ssh(h, f"rm -f /run/{marker}")
+    assert rc == 130, fleet.stderr
+    assert fleet.stderr.endswith("fleet: interrupted\n"), fleet.stderr
+    # The hung read-only probe itself is not killed (SSH without a tty cannot signal it); it is
+    # left to end by itself.
+    no_trace_left(sb, before)
+    up_again(sb, tmp_path)
+
+
+def test_logs_follow_shows_new_lines_and_stops_on_ctrl_c(sb: Sandbox, tmp_path: Path) -> None:
+    up_again(sb, tmp_path)
+    fleet = Fleet(sb, tmp_path, "logs", str(playbook(tmp_path, 0)), "-f", "--tail", "3")
+    try:
+        prefixes = {f"{h}/{u} | " for h, u in UNITS.items()}
+        wait_for("lines of both units", lambda: all(any(line.startswith(p) for line in fleet.stdout.splitlines()) for p in prefixes), fleet)
+        rid = f"int-{os.getpid()}-{time.monotonic_ns()}"
+        assert rid not in fleet.stdout
+        body = json.dumps({"text": "hello", "rid": rid, "sampling_params": {"max_new_tokens": 2}}).encode()
+        req = urllib.request.Request(f"http://{sb.host('h6').data_ip}:30000/generate", data=body,
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+        with urllib.request.urlopen(req, timeout=30) as r:
+            assert json.loads(r.read())["text"]
+        rank0 = f"h6/{UNITS['h6']} | "
+        wait_for("the new request's log line", lambda: any(
+            line.startswith(rank0) and rid in line and '"request"' in line for line in fleet.stdout.splitlines()
+        ), fleet)  # fmt: skip
+        rc = fleet.interrupt()
+    finally:
+        fleet.close()
+    assert rc == 130, fleet.stderr
+    assert fleet.stderr.endswith("fleet: interrupted\n"), fleet.stderr
+    lines = fleet.stdout.splitlines()
+    assert lines and all(any(line.startswith(p) for p in prefixes) for line in lines), lines[:5]
+    assert sum(rid in line and '"request"' in line for line in lines) == 1, "the new line shows once"
+    for h in HOSTS:
+        wait_for(f"{h}: no docker logs left", lambda: not any(p.startswith("docker logs") for p in processes(sb, h)))
