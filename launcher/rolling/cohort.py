@@ -142,14 +142,14 @@ def switch(
             errors += [f"new cohort on {', '.join(sorted({d.host for d in new.units}))}: {e}" for e in up.errors]
             orchestrate.down(new, connect, Options(forks=options.forks, break_lock=True), progress)
             errors.append("rollout halted: the new cohort was removed; the serving cohort was never touched")
-            return _report(target, new, rp.batches, "failed", "skipped", notes, errors, action)
+            return _report(target, new, rp.batches, "unchanged", "failed", notes, errors, action)
     else:
         err = _revive(new, connect, options, progress)
         if err is not None:
             errors.append(mask(f"previous cohort on {', '.join(sorted({d.host for d in new.units}))}: {err}", secrets))
             orchestrate.down(new, connect, Options(forks=options.forks, break_lock=True), progress)
             errors.append("rollback halted: the serving cohort was never touched")
-            return _report(target, new, rp.batches, "failed", "skipped", notes, errors, action)
+            return _report(target, new, rp.batches, "unchanged", "failed", notes, errors, action)
 
     # 2. traffic to the new cohort; 3. away from the old one
     try:
@@ -166,7 +166,7 @@ def switch(
                 pass
         orchestrate.down(new, connect, Options(forks=options.forks, break_lock=True), progress)
         errors.append("rollout halted: the new cohort was removed; the serving cohort was never touched")
-        return _report(target, new, rp.batches, "failed", "skipped", notes, errors, action)
+        return _report(target, new, rp.batches, "unchanged", "failed", notes, errors, action)
     for f in serving:
         f.remove(old_url)
         f.wait(old_url, present=False, timeout_s=options.register_timeout_s)
