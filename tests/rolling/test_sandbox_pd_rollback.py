@@ -121,8 +121,10 @@ def test_pd_rollback_switches_back_under_load_never_mixing(switched: tuple[Sandb
     finally:
         results = load.stop(at_least=200)
     assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
+    assert "Traceback" not in proc.stderr, proc.stderr
     doc = _json(proc)
     assert doc["errors"] == []
+    assert doc["notes"][-1].startswith("deployment sb-roll-pd now serves from h6, h7, h8: "), doc["notes"]
     assert {(g["group"], g["outcome"], tuple(g["hosts"])) for g in doc["groups"]} == {
         (f"{DEPLOYMENT}/{g}", outcome, pair if g != "router" else (router,))
         for outcome, pair, router in (("retired", ("h1", "h2"), "h3"), ("rolled-back", ("h6", "h7"), "h8"))
@@ -179,6 +181,7 @@ def test_pd_failed_new_cohort_halts_and_old_cohort_keeps_serving(switched: tuple
     finally:
         results = load.stop(at_least=100)
     assert proc.returncode == 1, f"{proc.stdout}\n{proc.stderr}"
+    assert "Traceback" not in proc.stderr, proc.stderr
     doc = _json(proc)
     assert doc["exit_code"] == 1
     errors: list[str] = doc["errors"]
