@@ -6,6 +6,8 @@ real ``fleet`` CLI in a subprocess that gets SIGINT, as an operator's terminal s
   stderr, the process (and anything it started) gone within seconds, no container of the
   deployment left on any host, the deploy lock released (a new ``fleet up`` goes through), and
   no fleet SSH session left open on the hosts.
+- ``fleet up`` interrupted while its preflight probes reachability (h7's connect probe hangs):
+  besides the above, the listener on rank 0's dist-init port is gone (xfail: a known bug).
 - ``fleet logs -f``: both units' lines arrive prefixed ``host/unit | ``, a line logged after the
   follow began shows up, and Ctrl-C ends it (exit 130) leaving no ``docker logs`` on the hosts.
 """
@@ -31,6 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 PP2 = REPO / "playbooks" / "sandbox" / "pp2.yaml"
 DEPLOYMENT = "sb-pp2"
 HOSTS = ("h6", "h7")
+LISTENER = "fleet-preflight-listener"  # in the preflight's reachability listener's argv
 UNITS = {"h6": "fleet-sb-pp2-rank0-r0", "h7": "fleet-sb-pp2-rank0-r1"}
 EXIT_S = 20.0  # safety timeout: Ctrl-C must end fleet well within this
 WAIT_S = 60.0  # safety timeout for a state the test waits for
@@ -117,24 +120,46 @@ def locked(sb: Sandbox, host: str) -> bool:
 
 
 def processes(sb: Sandbox, host: str) -> list[str]:
-    """Command lines of every process on ``host`` (its sshd's sessions included)."""
+    """Command lines of every process on ``host``."""
     res = sb.ssh(host, "ps -eo args=")
     assert res.rc == 0, res.err
     return [line.strip() for line in res.out.splitlines()]
 
 
-def sessions(sb: Sandbox, host: str) -> int:
-    """Open SSH sessions on ``host`` (this test's own cached connection included)."""
-    return sum(1 for p in processes(sb, host) if p.startswith("sshd:") and "@" in p)
+def pids(sb: Sandbox, host: str, mark: str) -> list[str]:
+    """PIDs on ``host`` whose command line holds ``mark`` (processes this module's runs started)."""
+    res = sb.ssh(host, f"pgrep -f -- '[{mark[0]}]{mark[1:]}'")  # [x]: not this shell's own argv
+    return res.out.split()
 
 
-def no_trace_left(sb: Sandbox, before: dict[str, int]) -> None:
-    """Nothing of the deployment runs, no lock is held, and the fleet's SSH sessions are gone
-    (sshd reaps a closed connection's session within moments, hence the wait)."""
+def local_conns(pid: int) -> set[str]:
+    """``ip:port`` of the established TCP connections process ``pid`` (here) has open."""
+    out = subprocess.run(["ss", "-tnpH", "state", "established"], capture_output=True, text=True, check=True).stdout
+    return {line.split()[2] for line in out.splitlines() if f"pid={pid}," in line}
+
+
+def peers(sb: Sandbox, host: str) -> set[str]:
+    """``ip:port`` of the far ends of ``host``'s established TCP connections."""
+    res = sb.ssh(host, "ss -tnH state established")
+    assert res.rc == 0, res.err
+    return {line.split()[3] for line in res.out.splitlines()}
+
+
+def no_trace_left(sb: Sandbox, conns: set[str]) -> None:
+    """Nothing of the deployment runs, no lock is held, and no host still has one of fleet's
+    connections ``conns`` (the kernel closes them when fleet exits; sshd takes moments)."""
     for h in HOSTS:
         assert containers(sb, h) == [], f"{h}: containers of {DEPLOYMENT} left after Ctrl-C"
         assert not locked(sb, h), f"{h}: deploy lock left after Ctrl-C"
-        wait_for(f"{h}: fleet's ssh sessions closed", lambda: sessions(sb, h) <= before[h])
+        wait_for(f"{h}: fleet's ssh connections closed", lambda: not peers(sb, h) & conns)
+
+
+def fleet_ssh(sb: Sandbox, fleet: Fleet) -> set[str]:
+    """fleet's connections; each host has one of them open (so they are what is checked)."""
+    conns = local_conns(fleet.proc.pid)
+    for h in HOSTS:
+        assert peers(sb, h) & conns, f"{h}: no connection of fleet ({conns}) seen"
+    return conns
 
 
 def up_again(sb: Sandbox, tmp_path: Path) -> None:
@@ -159,19 +184,18 @@ def sb(sandbox_fleet: Sandbox, tmp_path: Path) -> Iterator[Sandbox]:
 
 
 def test_ctrl_c_in_health_gate_leaves_nothing_half_up(sb: Sandbox, tmp_path: Path) -> None:
-    before = {h: sessions(sb, h) for h in HOSTS}
     fleet = Fleet(sb, tmp_path, "up", str(playbook(tmp_path, 60)), "--skip-preflight")
     try:
         # Both ranks started; their stand-ins stay unready for 60 s: fleet is in its health gate.
         wait_for("containers on both hosts", lambda: all(containers(sb, h) for h in HOSTS), fleet)
         assert all(locked(sb, h) for h in HOSTS), "the deploy holds its lock while it waits"
-        assert all(sessions(sb, h) > before[h] for h in HOSTS), "fleet's own ssh sessions are seen"
+        conns = fleet_ssh(sb, fleet)
         rc = fleet.interrupt()
     finally:
         fleet.close()
     assert rc == 130, fleet.stderr
     assert fleet.stderr.endswith("fleet: interrupted\n"), fleet.stderr
-    no_trace_left(sb, before)
+    no_trace_left(sb, conns)
     up_again(sb, tmp_path)
 
 
@@ -184,11 +208,11 @@ def test_ctrl_c_in_preflight_gate_starts_nothing(sb: Sandbox, tmp_path: Path) ->
     for h, w in wrappers.items():
         hang = f"touch /run/{marker}; python3 -c 'import time; time.sleep(30)' {marker}\n"
         w.write_text(originals[h].replace("exec ", hang + "exec ", 1))
-    before = {h: sessions(sb, h) for h in HOSTS}
     try:
         fleet = Fleet(sb, tmp_path, "up", str(playbook(tmp_path, 0)))
         try:
             wait_for("preflight on both hosts", lambda: all(sb.ssh(h, f"test -e /run/{marker}").rc == 0 for h in HOSTS), fleet)
+            conns = fleet_ssh(sb, fleet)
             rc = fleet.interrupt()
         finally:
             fleet.close()
@@ -198,9 +222,47 @@ def test_ctrl_c_in_preflight_gate_starts_nothing(sb: Sandbox, tmp_path: Path) ->
             sb.ssh(h, f"rm -f /run/{marker}")
     assert rc == 130, fleet.stderr
     assert fleet.stderr.endswith("fleet: interrupted\n"), fleet.stderr
-    # The hung read-only probe itself is not killed (SSH without a tty cannot signal it); it is
-    # left to end by itself.
-    no_trace_left(sb, before)
+    no_trace_left(sb, conns)
+    # The hung read-only probe itself outlives fleet (SSH without a tty cannot signal it); it
+    # would end by itself, but this test ends it now.
+    for h in HOSTS:
+        for pid in pids(sb, h, marker):
+            sb.ssh(h, f"kill {pid}")
+    up_again(sb, tmp_path)
+
+
+@pytest.mark.xfail(strict=True, reason="bug: the interrupted preflight closes its connections before it "
+                   "stops its reachability listener, which then holds rank 0's port for 60 s")
+def test_ctrl_c_in_preflight_reachability_leaves_no_listener(sb: Sandbox, tmp_path: Path) -> None:
+    # The preflight listens on rank 0's dist-init port (h6) and h7 connects to it.  h7's python3
+    # (shadowed for the preflight's connect probe only) first says it was called, then hangs:
+    # fleet is deterministically between starting the listener and stopping it.
+    marker = "fleet-int-reach"
+    shim = Path(sb.host("h7").dir) / "fakehw" / "bin" / "python3"
+    shim.write_text(
+        '#!/bin/sh\ncase "$*" in *fleet-preflight-client*) touch /run/%s; sleep 30;; esac\n'
+        'exec /usr/bin/python3 "$@"\n' % marker
+    )
+    shim.chmod(0o755)
+    try:
+        fleet = Fleet(sb, tmp_path, "up", str(playbook(tmp_path, 0)))
+        try:
+            wait_for("the reachability probe", lambda: sb.ssh("h7", f"test -e /run/{marker}").rc == 0, fleet)
+            assert pids(sb, "h6", LISTENER), "h6 listens for the probe"
+            rc = fleet.interrupt()
+        finally:
+            fleet.close()
+    finally:
+        shim.unlink()
+        sb.ssh("h7", f"rm -f /run/{marker}")
+    assert rc == 130, fleet.stderr
+    assert fleet.stderr.endswith("fleet: interrupted\n"), fleet.stderr
+    left = pids(sb, "h6", LISTENER)
+    try:
+        assert not left, "the preflight listener still holds rank 0's dist-init port"
+    finally:
+        for pid in left:  # so later tests can start rank 0 on that port
+            sb.ssh("h6", f"kill {pid}")
     up_again(sb, tmp_path)
 
 
