@@ -8,7 +8,8 @@ behind a front router on this machine's loopback, a load generator running throu
    the old cohort's router only, the rolled-back cohort runs generation 1 only.
 2. A new generation whose image fails on one surge host: the switch halts before touching
    traffic, exit 1 with one-line errors naming that host, zero failed requests, the serving
-   cohort's containers untouched, nothing of the deployment left running on the surge hosts."""
+   cohort's containers untouched, nothing of the deployment left running on the surge hosts.
+3. A rollback whose kept generation fails on one host halts the same way."""
 
 from __future__ import annotations
 
@@ -207,3 +208,38 @@ def test_pd_failed_new_cohort_halts_and_old_cohort_keeps_serving(switched: tuple
         assert _containers(sb, h) == [], h
         res = sb.ssh(h, f"ls /etc/fleet/{DEPLOYMENT}/*/manifest.json 2>/dev/null; true")
         assert res.out.strip() == "", (h, res.out)
+
+
+def test_pd_failed_rollback_halts_and_serving_cohort_keeps_serving(switched: tuple[Sandbox, str, Path, Router]) -> None:
+    """After the failed switch: ``fleet rollback --surge SURGE``.  What the surge hosts keep in
+    prev/ is the removed generation 3 (the deploy layer's teardown keeps a removed unit's files
+    there), whose image still crashes on h2: bringing it back fails on h2, the rollback halts
+    before touching traffic, the revived units are removed, generation 1 keeps serving."""
+    sb, inventory, tmp, front = switched
+    serving = _moved(V1, tmp / "pd-v1-on-old.yaml", OLD)
+    before = {(h, u): container_id(sb, h, u) for h in OLD for u in _containers(sb, h)}
+    load = LoadGen(front.url, workers=10, stream_every=3, stream_tokens=300, model=MODEL).start()
+    try:
+        proc = fleet(sb, "rollback", serving, "--surge", ":".join(SURGE), "--router", front.url, "--json",
+                     inventory=inventory)  # fmt: skip
+    finally:
+        results = load.stop(at_least=50)
+    assert proc.returncode == 1, f"{proc.stdout}\n{proc.stderr}"
+    assert "Traceback" not in proc.stderr, proc.stderr
+    doc = _json(proc)
+    errors: list[str] = doc["errors"]
+    assert len(errors) == 2 and all("\n" not in e for e in errors), errors
+    assert errors[0].startswith("previous cohort on h1, h2, h3: h2: sh /etc/fleet/sb-roll-pd/fleet-sb-roll-pd-"), errors
+    assert "injected failure: crash-at-start" in errors[0], errors
+    assert errors[1] == "rollback halted: the serving cohort was never touched"
+    assert {(g["group"].split("/")[1], g["outcome"], g["detail"]) for g in doc["groups"]} == {
+        (g, outcome, who) for outcome, who in (("unchanged", "old cohort"), ("failed", "new cohort"))
+        for g in ("prefill0", "prefill1", "decode0", "router")
+    }  # fmt: skip
+    assert len(results) >= 50
+    assert load.failures == [], load.failures[:5]
+    assert {r.generation for r in results} == {"1"}
+    assert {(h, u): container_id(sb, h, u) for h in OLD for u in _containers(sb, h)} == before
+    assert [w["url"] for w in front.workers()] == [f"http://{sb.host('h8').data_ip}:38100"]
+    for h in SURGE:
+        assert _containers(sb, h) == [], h
