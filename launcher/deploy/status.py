@@ -139,33 +139,46 @@ def logs(
     with Session(scope, connect, forks) as session:
         session.require_all()
         while True:
-            results = session.run(hosts, lambda h, t: _fetch(t, [d for d in units if d.host == h], since, tail))
+            results = session.run(hosts, lambda h, t: _fetch(t, [d for d in units if d.host == h], since, tail, follow))
             for h in hosts:
                 res = results[h]
                 if isinstance(res, FleetError):
                     emit(f"{h} | {res}")
                     continue
                 assert isinstance(res, list)
-                for d, lines in res:
-                    for pos, text in lines:
+                for d, lines, pos in res:
+                    for text in lines:
                         emit(f"{d.host}/{d.name} | {text}")
-                    if lines and lines[-1][0]:
-                        since[d.name] = lines[-1][0]
+                    if pos is not None:
+                        since[d.name] = pos
             if not follow:
                 return
             sleep(FOLLOW_POLL_S)
 
 
+# Where a docker log that was empty is followed from: its beginning (--since is inclusive).
+_DOCKER_LOG_START = "1970-01-01T00:00:00Z"
+
+
 def _fetch(
-    t: Transport, units: Sequence[Desired], since: dict[str, str | None], tail: int
-) -> list[tuple[Desired, list[tuple[str, str]]]]:
+    t: Transport, units: Sequence[Desired], since: dict[str, str | None], tail: int, follow: bool
+) -> list[tuple[Desired, list[str], str | None]]:
+    """Per unit: the lines to show and the position to follow from next (None: unchanged).
+    Following, the first read takes at least one line even with ``tail`` 0: the position of the
+    last line is where the next poll starts, so no later line is missed."""
     out = []
     for d in units:
         last = since[d.name]
-        result = t.run(logs_argv(d.unit.runtime, d.name, tail, since=last), timeout=STEP_TIMEOUT_S)
+        first = last is None
+        want = max(tail, 1) if follow and first else tail
+        result = t.run(logs_argv(d.unit.runtime, d.name, want, since=last), timeout=STEP_TIMEOUT_S)
         lines = parse_log(d.unit.runtime, result.stdout_text)
         if last is not None and d.unit.runtime == "docker":
             # docker's --since is inclusive: drop what was already shown
             lines = [(p, x) for p, x in lines if p > last]
-        out.append((d, lines))
+        pos = next((p for p, _ in reversed(lines) if p), None)
+        if follow and first and not lines and result.ok and d.unit.runtime == "docker":
+            pos = _DOCKER_LOG_START
+        shown = lines[max(0, len(lines) - tail) :] if first and result.ok else lines
+        out.append((d, [x for _, x in shown], pos))
     return out

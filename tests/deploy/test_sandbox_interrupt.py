@@ -59,8 +59,8 @@ def run(sb: Sandbox, *args: str) -> subprocess.CompletedProcess[str]:
 class Fleet:
     """``fleet`` running in its own process group; stdout and stderr go to files."""
 
-    def __init__(self, sb: Sandbox, tmp_path: Path, *args: str) -> None:
-        self.out_path, self.err_path = tmp_path / "fleet.out", tmp_path / "fleet.err"
+    def __init__(self, sb: Sandbox, tmp_path: Path, *args: str, name: str = "fleet") -> None:
+        self.out_path, self.err_path = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
         self._out: IO[bytes] = self.out_path.open("wb")
         self._err: IO[bytes] = self.err_path.open("wb")
         # SIGINT back to its default: a shell running pytest in the background ignores it, and
@@ -266,30 +266,54 @@ def test_ctrl_c_in_preflight_reachability_leaves_no_listener(sb: Sandbox, tmp_pa
     up_again(sb, tmp_path)
 
 
+def generate(sb: Sandbox, rid: str) -> None:
+    """A request to rank 0 (h6), which the stand-in logs with its ``rid``."""
+    body = json.dumps({"text": "hello", "rid": rid, "sampling_params": {"max_new_tokens": 2}}).encode()
+    req = urllib.request.Request(f"http://{sb.host('h6').data_ip}:30000/generate", data=body,
+                                 headers={"Content-Type": "application/json"})  # fmt: skip
+    with urllib.request.urlopen(req, timeout=30) as r:
+        assert json.loads(r.read())["text"]
+
+
 def test_logs_follow_shows_new_lines_and_stops_on_ctrl_c(sb: Sandbox, tmp_path: Path) -> None:
     up_again(sb, tmp_path)
-    fleet = Fleet(sb, tmp_path, "logs", str(playbook(tmp_path, 0)), "-f", "--tail", "3")
+    pb = str(playbook(tmp_path, 0))
+    follow = Fleet(sb, tmp_path, "logs", pb, "-f", "--tail", "3")
+    new_only = Fleet(sb, tmp_path, "logs", pb, "-f", "--tail", "0", name="new-only")
+    tag = f"int-{os.getpid()}-{time.monotonic_ns()}"
+    rank0 = f"h6/{UNITS['h6']} | "
+    prefixes = {f"{h}/{u} | " for h, u in UNITS.items()}
+
+    def served(fleet: Fleet, rid: str) -> bool:
+        return any(line.startswith(rank0) and rid in line and '"request"' in line for line in fleet.stdout.splitlines())
+
+    sent = 0
+
+    def new_only_shows_one() -> bool:
+        # --tail 0 shows nothing old, so when it began following is not visible: requests go on
+        # until one shows up there.
+        nonlocal sent
+        sent += 1
+        generate(sb, f"{tag}-{sent}")
+        time.sleep(0.5)
+        return any(served(new_only, f"{tag}-{i}") for i in range(1, sent + 1))
+
     try:
-        prefixes = {f"{h}/{u} | " for h, u in UNITS.items()}
-        wait_for("lines of both units", lambda: all(any(line.startswith(p) for line in fleet.stdout.splitlines()) for p in prefixes), fleet)
-        rid = f"int-{os.getpid()}-{time.monotonic_ns()}"
-        assert rid not in fleet.stdout
-        body = json.dumps({"text": "hello", "rid": rid, "sampling_params": {"max_new_tokens": 2}}).encode()
-        req = urllib.request.Request(f"http://{sb.host('h6').data_ip}:30000/generate", data=body,
-                                     headers={"Content-Type": "application/json"})  # fmt: skip
-        with urllib.request.urlopen(req, timeout=30) as r:
-            assert json.loads(r.read())["text"]
-        rank0 = f"h6/{UNITS['h6']} | "
-        wait_for("the new request's log line", lambda: any(
-            line.startswith(rank0) and rid in line and '"request"' in line for line in fleet.stdout.splitlines()
-        ), fleet)  # fmt: skip
-        rc = fleet.interrupt()
+        wait_for("lines of both units", lambda: all(any(line.startswith(p) for line in follow.stdout.splitlines()) for p in prefixes), follow)
+        assert tag not in follow.stdout
+        generate(sb, f"{tag}-0")
+        wait_for("the new request's log line", lambda: served(follow, f"{tag}-0"), follow)
+        wait_for("a new line with --tail 0", new_only_shows_one, new_only)
+        rcs = (follow.interrupt(), new_only.interrupt())
     finally:
-        fleet.close()
-    assert rc == 130, fleet.stderr
-    assert fleet.stderr.endswith("fleet: interrupted\n"), fleet.stderr
-    lines = fleet.stdout.splitlines()
+        follow.close()
+        new_only.close()
+    for fleet in (follow, new_only):
+        assert rcs == (130, 130), fleet.stderr
+        assert fleet.stderr.endswith("fleet: interrupted\n"), fleet.stderr
+    lines = follow.stdout.splitlines()
     assert lines and all(any(line.startswith(p) for p in prefixes) for line in lines), lines[:5]
-    assert sum(rid in line and '"request"' in line for line in lines) == 1, "the new line shows once"
+    assert sum(f"{tag}-0" in line and '"request"' in line for line in lines) == 1, "the new line shows once"
+    assert all(tag in line for line in new_only.stdout.splitlines()), "--tail 0 shows only new lines"
     for h in HOSTS:
         wait_for(f"{h}: no docker logs left", lambda: not any(p.startswith("docker logs") for p in processes(sb, h)))
