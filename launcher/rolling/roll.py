@@ -27,7 +27,7 @@ from launcher.deploy.health import Verdict, gate
 from launcher.deploy.manifest import Manifest
 from launcher.deploy.orchestrate import Connect, GroupChange, Options, Session, Survey, Target
 from launcher.deploy.remote import check, sh
-from launcher.deploy.steps import stop_argv
+from launcher.deploy.steps import hold_argv, stop_argv
 from launcher.errors import ExitCode, FleetError, UsageError
 from launcher.execute.transport import Transport
 from launcher.output import Event, Progress, QuietProgress, mask
@@ -158,7 +158,7 @@ class _Rollout:
     def run(self) -> RollReport:
         hosts = sorted({h.name for h in self.target.hosts})
         surveys = orchestrate.survey_all(self.target, self.session, hosts)
-        decision = orchestrate.decide(self.target.units, surveys)
+        decision = orchestrate.decide(self.target.units, surveys, self.target.secrets)
         changing = {g.group for g in decision.changing}
         if not self.routers:
             self.notes.append("no router given (--router): groups are not taken out of a load balancer")
@@ -318,7 +318,8 @@ class _Rollout:
                 if d.unit.runtime == "docker" and len(g.units) > 1:
                     units.setdefault(d.host, []).append(d.name)
         if units:
-            self.session.run(sorted(units), lambda h, t: check(t, sh(NO_RESTART, *units[h]), label="docker update --restart=no"))
+            self.session.run(sorted(units), lambda h, t: check(t, hold_argv("docker", units[h]) or ("true",),
+                                                               label="docker update --restart=no"))  # fmt: skip
 
     def _changes(self, groups: Sequence[RollGroup], reason: str) -> list[GroupChange]:
         out = []
@@ -508,7 +509,7 @@ def up_rolling(
         session.require_all()
         hosts = sorted({h.name for h in target.hosts})
         surveys = orchestrate.survey_all(target, session, hosts)
-    decision = orchestrate.decide(target.units, surveys)
+    decision = orchestrate.decide(target.units, surveys, target.secrets)
     if all(g.action == "start" for g in decision.groups):
         plain = orchestrate.up(target, connect, Options(forks=options.forks, timeout_s=options.timeout_s,
                                                         break_lock=options.break_lock), progress)  # fmt: skip

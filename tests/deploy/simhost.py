@@ -295,3 +295,16 @@ SimHost.run = _run_counting  # type: ignore[method-assign]
 SimHost.put = _put_counting  # type: ignore[method-assign]
 _SCRIPTS[_files._SCRIPT] = _batch
 _SCRIPTS[steps._IMAGES] = _images
+
+
+from launcher.rolling import router_api  # noqa: E402
+
+
+def _http(self: SimHost, p: Sequence[str]) -> tuple[int, str, str]:
+    """HTTP sent from the host (rolling's drain asks the engine for in-flight requests): the
+    simulated engines have no load counter, so every URL answers 404, as an engine without
+    /get_load does."""
+    return 0, "not found\n404", ""
+
+
+_SCRIPTS[router_api._REQUEST] = _http
