@@ -392,8 +392,7 @@ class Playbook:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HealthCheck:
     url: str  # http://<data ip>:<port>/health
-    timeout_s: int  # deadline for the first healthy answer
-    interval_s: float = 2.0
+    timeout_s: int  # deadline for the first healthy answer (the gate polls from the host itself)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

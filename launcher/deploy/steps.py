@@ -44,7 +44,7 @@ def service(name: str) -> str:
 # ---------------------------------------------------------------------------------------------
 # liveness
 
-_DOCKER_FMT = "{{.Name}}|{{.State.Status}}|{{.State.ExitCode}}|{{.RestartCount}}"
+DOCKER_FORMAT = "{{.Name}}|{{.State.Status}}|{{.State.ExitCode}}|{{.RestartCount}}"
 # Missing names make docker exit 1 after printing the others: the answer is judged by parsing
 # (a dead daemon still shows, as its error text), so the exit status is ignored.
 _INSPECT = 'f=$1; shift; docker inspect --type container -f "$f" "$@" 2>&1; true'
@@ -52,7 +52,7 @@ _INSPECT = 'f=$1; shift; docker inspect --type container -f "$f" "$@" 2>&1; true
 
 def liveness_argv(runtime: Runtime, names: Sequence[str]) -> tuple[str, ...]:
     if runtime == "docker":
-        return sh(_INSPECT, _DOCKER_FMT, *names)
+        return sh(_INSPECT, DOCKER_FORMAT, *names)
     return (
         "systemctl",
         "show",

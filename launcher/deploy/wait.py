@@ -22,7 +22,7 @@ from typing import Mapping, Sequence
 
 from launcher.deploy.desired import Desired
 from launcher.deploy.remote import STEP_TIMEOUT_S, sh, tail
-from launcher.deploy.steps import _DOCKER_FMT, NO_PROBE_TOOL, Liveness, parse_liveness, service
+from launcher.deploy.steps import DOCKER_FORMAT, NO_PROBE_TOOL, Liveness, parse_liveness, service
 from launcher.errors import FleetError, RemoteError
 from launcher.execute.transport import CommandTimeout, Result, Transport
 from launcher.model import Runtime
@@ -131,7 +131,7 @@ def wait_argv(units: Sequence[Desired], *, window_s: int, step_s: float, probe_t
         if "\n" in name:  # names are built from validated parts; the script splits its lists on newlines
             raise ValueError(f"newline in unit name {d.name!r}")
         args += [d.unit.runtime, name, d.unit.health.url if d.unit.health else ""]
-    return sh(_WAIT, str(window_s), f"{step_s:g}", str(probe_timeout_s), _DOCKER_FMT, *args)
+    return sh(_WAIT, str(window_s), f"{step_s:g}", str(probe_timeout_s), DOCKER_FORMAT, *args)
 
 
 def run_wait(

@@ -15,7 +15,7 @@ import pytest
 from launcher.deploy import wait
 from launcher.deploy.desired import Desired
 from launcher.deploy.health import Verdict, gate
-from launcher.deploy.steps import _DOCKER_FMT
+from launcher.deploy.steps import DOCKER_FORMAT
 from launcher.execute.fake import FakeTransport, Reply, RunCall
 from launcher.execute.local import LocalTransport
 from launcher.execute.transport import Transport
@@ -289,7 +289,7 @@ def test_urls_and_names_are_data_never_shell_text(host: Host, tmp_path: Path, mo
 def test_argv_is_the_fixed_script_with_data_as_positional_parameters() -> None:
     r0, r1 = units(R0, R1)
     argv = wait.wait_argv([r0, systemd(r1)], window_s=3, step_s=0.15, probe_timeout_s=5)
-    assert argv == ("sh", "-c", wait._WAIT, "sh", "3", "0.15", "5", _DOCKER_FMT,
+    assert argv == ("sh", "-c", wait._WAIT, "sh", "3", "0.15", "5", DOCKER_FORMAT,
                     "docker", R0, URL0, "systemd", f"{R1}.service", "")  # fmt: skip
 
 
