@@ -1,0 +1,101 @@
+"""``logs`` (``fleet logs [-f]``) against a host that answers ``docker logs`` like dockerd does:
+``--tail N`` the last N lines, ``--since T`` every line stamped at or after T (inclusive)."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import pytest
+
+from launcher.deploy.status import logs
+from launcher.execute.command import Command, Token
+from launcher.execute.transport import Result
+from launcher.model import Host
+from tests.deploy.factory import pp_plan, target
+
+UNIT = "fleet-demo-rank-r0"
+
+
+class DockerLogs:
+    """h1's ``docker logs`` of :data:`UNIT`: ``lines`` are (RFC 3339 nano stamp, text)."""
+
+    def __init__(self, lines: Sequence[tuple[str, str]] = ()) -> None:
+        self.lines = list(lines)
+        self.asked: list[tuple[str, ...]] = []
+
+    @property
+    def host(self) -> str:
+        return "h1"
+
+    def run(self, argv: Sequence[Token] | Command, *, timeout: float, stdin: bytes | None = None,
+            env: Mapping[str, str] | None = None, check: bool = False) -> Result:  # fmt: skip
+        args = tuple(str(a) for a in Command.of(argv).argv)
+        self.asked.append(args)
+        assert args[4:7] == ("docker", "logs", "--timestamps") and args[-1] == UNIT, args
+        if args[7] == "--tail":
+            n = int(args[8])
+            shown = self.lines[len(self.lines) - n :] if n else []
+        else:
+            assert args[7] == "--since"
+            shown = [(p, x) for p, x in self.lines if p >= args[8]]
+        out = "".join(f"{p} {x}\n" for p, x in shown).encode()
+        return Result(host="h1", command=" ".join(args), exit_status=0, stdout=out, stderr=b"")
+
+    def put(self, path: str, data: bytes, mode: int) -> None:
+        raise AssertionError("logs writes nothing")
+
+    def get(self, path: str) -> bytes:
+        raise AssertionError("logs reads no file")
+
+    def close(self) -> None:
+        pass
+
+
+def stamp(i: int) -> str:
+    return f"2026-11-29T03:00:{i:02d}.000000000Z"
+
+
+def follow(host: DockerLogs, tail: int, then: Sequence[Sequence[str]]) -> list[str]:
+    """``logs -f``: before each later poll, ``then``'s next lines are logged; Ctrl-C after them."""
+    shown: list[str] = []
+    more = iter(then)
+
+    def sleep(_: float) -> None:
+        batch = next(more, None)
+        if batch is None:
+            raise KeyboardInterrupt
+        start = len(host.lines)
+        host.lines += [(stamp(start + i), text) for i, text in enumerate(batch)]
+
+    def connect(h: Host) -> DockerLogs:
+        return host
+
+    with pytest.raises(KeyboardInterrupt):
+        logs(target(pp_plan()), connect, shown.append, unit=UNIT, tail=tail, follow=True, sleep=sleep)
+    return shown
+
+
+def test_follow_with_tail_0_shows_only_new_lines() -> None:
+    host = DockerLogs([(stamp(0), "old a"), (stamp(1), "old b")])
+    assert follow(host, 0, [["new c"], [], ["new d", "new e"]]) == [
+        f"h1/{UNIT} | new c", f"h1/{UNIT} | new d", f"h1/{UNIT} | new e",
+    ]  # fmt: skip
+
+
+def test_follow_shows_the_tail_then_each_new_line_once() -> None:
+    host = DockerLogs([(stamp(i), f"old {i}") for i in range(5)])
+    assert follow(host, 2, [["new 5"], ["new 6"]]) == [f"h1/{UNIT} | {x}" for x in ("old 3", "old 4", "new 5", "new 6")]
+
+
+def test_follow_of_an_empty_log_shows_every_line_it_gets_later() -> None:
+    host = DockerLogs()
+    got = follow(host, 2, [[f"new {i}" for i in range(4)]])
+    assert got == [f"h1/{UNIT} | new {i}" for i in range(4)]
+
+
+def test_without_follow_the_last_lines() -> None:
+    host = DockerLogs([(stamp(i), f"line {i}") for i in range(5)])
+    shown: list[str] = []
+    logs(target(pp_plan()), lambda h: host, shown.append, unit=UNIT, tail=3)
+    assert shown == [f"h1/{UNIT} | line {i}" for i in (2, 3, 4)]
+    assert [a[7:9] for a in host.asked] == [("--tail", "3")]
