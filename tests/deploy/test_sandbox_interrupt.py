@@ -105,12 +105,12 @@ class Fleet:
         self._err.close()
 
 
-def wait_for(what: str, cond: Callable[[], bool], fleet: Fleet | None = None) -> None:
-    deadline = time.monotonic() + WAIT_S
+def wait_for(what: str, cond: Callable[[], bool], fleet: Fleet | None = None, timeout: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout
     while not cond():
         if fleet is not None and fleet.proc.poll() is not None:
             raise AssertionError(f"fleet exited {fleet.proc.returncode} while waiting for {what}:\n{fleet.stdout}\n{fleet.stderr}")
-        assert time.monotonic() < deadline, f"no {what} within {WAIT_S:g}s"
+        assert time.monotonic() < deadline, f"no {what} within {timeout:g}s"
         time.sleep(0.2)
 
 
@@ -262,11 +262,10 @@ def test_ctrl_c_in_preflight_reachability_leaves_no_listener(sb: Sandbox, tmp_pa
         sb.ssh("h7", f"rm -f /run/{marker}")
     assert rc == 130, fleet.stderr
     assert fleet.stderr.endswith("fleet: interrupted\n"), fleet.stderr
-    left = pids(sb, "h6", LISTENER)
     try:
-        assert not left, "the preflight listener still holds rank 0's dist-init port"
+        wait_for("end of the preflight listener on rank 0's dist-init port", lambda: not pids(sb, "h6", LISTENER), timeout=EXIT_S)
     finally:
-        for pid in left:  # so later tests can start rank 0 on that port
+        for pid in pids(sb, "h6", LISTENER):  # so later tests can start rank 0 on that port
             sb.ssh("h6", f"kill {pid}")
     up_again(sb, tmp_path)
 
