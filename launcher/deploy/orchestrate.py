@@ -541,13 +541,13 @@ def _remove_orphans(
     return out
 
 
-def retire(t: Transport, m: Manifest) -> None:
-    """Stops and removes a unit; keeps its last files in ``prev/`` (secrets never kept).
-    One round trip."""
+def retire(t: Transport, m: Manifest, keep_prev: bool = True) -> None:
+    """Stops and removes a unit; keeps its last files in ``prev/`` (secrets never kept) unless
+    ``keep_prev`` is false (what ``prev/`` held stays).  One round trip."""
     unit_dir = _unit_dir(m)
     steps = (
         Step(argv=stop_argv(m.runtime, m.unit, STOP_TIMEOUT_S), label=f"stop {m.unit}"),
-        Step(argv=rotate_argv(unit_dir, m.files), label=f"keep {unit_dir}/prev"),
+        *((Step(argv=rotate_argv(unit_dir, m.files), label=f"keep {unit_dir}/prev"),) if keep_prev else ()),
         Step(argv=remove_argv((*m.files, manifest_path(unit_dir))), label=f"rm {unit_dir}/*"),
     )
     write_files(t, (), steps=steps, timeout=STOP_TIMEOUT_S + 60 + 2 * STEP_TIMEOUT_S)
@@ -711,10 +711,14 @@ def _start_units(t: Transport, units: Sequence[Desired], secrets: Sequence[str],
 # down / unlock
 
 
-def down(target: Target, connect: Connect, options: Options, progress: Progress = QuietProgress()) -> Report:
+def down(
+    target: Target, connect: Connect, options: Options, progress: Progress = QuietProgress(), *, keep_prev: bool = True
+) -> Report:
     """Stops and removes every unit of the deployment on the target's hosts, gateway first,
     engines and Mooncake last.  Keeps images, caches, weights and each unit's last files in
-    ``prev/``; removes the current files, the manifest and the secrets file."""
+    ``prev/`` (``keep_prev`` false: ``prev/`` keeps what it held -- for removing a generation
+    that never served, so a later rollback does not bring it back); removes the current files,
+    the manifest and the secrets file."""
     hosts = sorted({h.name for h in target.hosts})
     owner = lock.owner_line()
     with Session(target.hosts, connect, options.forks) as session:
@@ -738,7 +742,7 @@ def down(target: Target, connect: Connect, options: Options, progress: Progress 
                 def remove(h: str, t: Transport, batch: dict[str, list[Manifest]] = batch) -> None:
                     for m in batch[h]:
                         progress.update(Event(host=h, unit=m.unit, state="removing"))
-                        retire(t, m)
+                        retire(t, m, keep_prev)
                         progress.update(Event(host=h, unit=m.unit, state="removed"))
 
                 results = session.run(sorted(batch), remove)

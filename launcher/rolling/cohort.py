@@ -37,7 +37,8 @@ from launcher.deploy.desired import Desired, from_rendered, groups as desired_gr
 from launcher.deploy.health import Verdict, gate
 from launcher.deploy.manifest import Manifest
 from launcher.deploy.orchestrate import Connect, Options, Session, Target, survey_host
-from launcher.deploy.remote import check, sh
+from launcher.deploy.remote import check
+from launcher.deploy.steps import hold_argv
 from launcher.deploy.secrets import resolve
 from launcher.errors import FleetError, UsageError
 from launcher.execute.transport import Transport
@@ -45,7 +46,7 @@ from launcher.model import Inventory, Playbook
 from launcher.output import Event, Progress, mask
 from launcher.rolling import restore
 from launcher.rolling.batches import plan_roll
-from launcher.rolling.roll import NO_RESTART, Action, GroupOutcome, GroupReport, RollOptions, RollReport
+from launcher.rolling.roll import Action, GroupOutcome, GroupReport, RollOptions, RollReport
 from launcher.rolling.router_api import HostHttp, RouterClient, RouterError, drain, inflight
 
 RETIRE_ORDER = {"decode": 0, "prefill": 1, "single": 1, "rank": 1, "gateway": 2, "router": 3, "mooncake-master": 4}
@@ -140,7 +141,8 @@ def switch(
                                                   break_lock=options.break_lock), progress)  # fmt: skip
         if up.errors:
             errors += [f"new cohort on {', '.join(sorted({d.host for d in new.units}))}: {e}" for e in up.errors]
-            orchestrate.down(new, connect, Options(forks=options.forks, break_lock=True), progress)
+            # It never served: prev/ keeps the generation these hosts had (a rollback's target).
+            orchestrate.down(new, connect, Options(forks=options.forks, break_lock=True), progress, keep_prev=False)
             errors.append("rollout halted: the new cohort was removed; the serving cohort was never touched")
             return _report(target, new, rp.batches, "unchanged", "failed", notes, errors, action)
     else:
@@ -164,7 +166,9 @@ def switch(
                 f.remove(new_url)
             except RouterError:
                 pass
-        orchestrate.down(new, connect, Options(forks=options.forks, break_lock=True), progress)
+        # A new generation goes (prev/ untouched); a revived one goes back into prev/.
+        orchestrate.down(new, connect, Options(forks=options.forks, break_lock=True), progress,
+                         keep_prev=action != "restart")  # fmt: skip
         errors.append("rollout halted: the new cohort was removed; the serving cohort was never touched")
         return _report(target, new, rp.batches, "unchanged", "failed", notes, errors, action)
     for f in serving:
@@ -261,7 +265,8 @@ def _retire(target: Target, connect: Connect, options: RollOptions, progress: Pr
             for m in manifests:
                 if m.runtime == "docker":
                     docker_units.setdefault(m.host, []).append(m.unit)
-            session.run(sorted(docker_units), lambda h, t: check(t, sh(NO_RESTART, *docker_units[h]), label="docker update --restart=no"))
+            session.run(sorted(docker_units), lambda h, t: check(t, hold_argv("docker", docker_units[h]) or ("true",),
+                                                                      label="docker update --restart=no"))  # fmt: skip
             for rank in sorted({RETIRE_ORDER.get(m.role, 5) for m in manifests}):
                 batch: dict[str, list[Manifest]] = {}
                 for m in manifests:

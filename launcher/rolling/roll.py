@@ -26,7 +26,7 @@ from launcher.deploy.desired import Desired, step_of
 from launcher.deploy.health import Verdict, gate
 from launcher.deploy.manifest import Manifest
 from launcher.deploy.orchestrate import Connect, GroupChange, Options, Session, Survey, Target
-from launcher.deploy.remote import check, sh
+from launcher.deploy.remote import check
 from launcher.deploy.steps import hold_argv, stop_argv
 from launcher.errors import ExitCode, FleetError, UsageError
 from launcher.execute.transport import Transport
@@ -37,7 +37,6 @@ from launcher.rolling.batches import RollGroup, RollPlan, plan_roll
 from launcher.rolling.router_api import Drained, HostHttp, RouterClient, RouterError, drain, inflight
 
 Action = Literal["restart", "rollback"]
-NO_RESTART = 'for n in "$@"; do docker update --restart=no "$n" >/dev/null 2>&1; done; true'
 GroupOutcome = Literal["restarted", "rolled-back", "unchanged", "failed", "restored", "skipped", "not-reached", "retired"]
 
 

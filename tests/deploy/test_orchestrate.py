@@ -229,6 +229,21 @@ def test_down_removes_units_keeps_prev_and_drops_secrets(sim: SimFleet) -> None:
     assert again.units == () and again.exit_code == ExitCode.OK
 
 
+def test_down_without_keep_prev_leaves_what_prev_held(sim: SimFleet) -> None:
+    """Removing a generation that never served (a failed cohort) must not push the last good
+    one out of prev/: a later rollback would bring the broken one back."""
+    kept = f"{D}/fleet-demo-rank-r0/prev{D}/fleet-demo-rank-r0/run.sh"
+    up(target(pp_plan()), sim.connect, FAST)
+    down(target(pp_plan()), sim.connect, FAST)  # generation 1's files now in prev/
+    good = sim["h1"].files[kept][0]
+    up(target(pp_plan(args=("--new",))), sim.connect, FAST)
+    report = down(target(pp_plan(args=("--new",))), sim.connect, FAST, keep_prev=False)
+    assert report.exit_code == ExitCode.OK and sim["h1"].containers == {}
+    assert [k for k in sim["h1"].files if k.startswith(D) and "/prev/" not in k] == []
+    assert sim["h1"].files[kept][0] == good
+    assert b"--new" not in good
+
+
 def test_units_dropped_from_the_plan_are_removed(sim: SimFleet) -> None:
     up(target(pp_plan()), sim.connect, FAST)
     plan = pp_plan()

@@ -88,13 +88,17 @@ def switched(sandbox_fleet: Sandbox, tmp_path_factory: pytest.TempPathFactory, l
     _clean(sb)
     front: Router | None = None
     try:
+        # Generation 2 runs the image tagged v2 (a good build for now) on the surge hosts.
+        for h in SURGE:
+            tag_v2(sb, h)
+        v2 = _moved(V2, tmp / "pd-v2.yaml", OLD, image="fleet-standin:v2")
         deploy(sb, V1, inventory)
         front = Router(("--worker-urls", f"http://{sb.host('h8').data_ip}:38100"), logs_dir / "router-front-rollback.log")
         front.wait_workers(1)
         inv = load_inventory(inventory)
         with SshConnector(KnownHosts.for_operator((sb.known_hosts,), trust_new=False)) as c:
             report = cohort.switch(
-                load_playbook(V2, load_catalog(), inv), inv, load_target(str(V2), inventory, None, ()), SURGE,
+                load_playbook(Path(v2), load_catalog(), inv), inv, load_target(v2, inventory, None, ()), SURGE,
                 c.connect, (RouterClient(front.url),), RollOptions(drain_timeout_s=30), Recorder(),
                 action="restart", secret_flags=(),
             )  # fmt: skip
@@ -114,7 +118,7 @@ def _json(proc: Any) -> dict[str, Any]:
 
 def test_pd_rollback_switches_back_under_load_never_mixing(switched: tuple[Sandbox, str, Path, Router]) -> None:
     sb, inventory, tmp, front = switched
-    serving = _moved(V2, tmp / "pd-v2-on-surge.yaml", SURGE)
+    serving = _moved(V2, tmp / "pd-v2-on-surge.yaml", SURGE, image="fleet-standin:v2")
     load = LoadGen(front.url, workers=10, stream_every=3, stream_tokens=300, model=MODEL).start()
     try:
         proc = fleet(sb, "rollback", serving, "--surge", ":".join(OLD), "--router", front.url, "--json",
@@ -211,10 +215,11 @@ def test_pd_failed_new_cohort_halts_and_old_cohort_keeps_serving(switched: tuple
 
 
 def test_pd_failed_rollback_halts_and_serving_cohort_keeps_serving(switched: tuple[Sandbox, str, Path, Router]) -> None:
-    """After the failed switch: ``fleet rollback --surge SURGE``.  What the surge hosts keep in
-    prev/ is the removed generation 3 (the deploy layer's teardown keeps a removed unit's files
-    there), whose image still crashes on h2: bringing it back fails on h2, the rollback halts
-    before touching traffic, the revived units are removed, generation 1 keeps serving."""
+    """After the failed switch: ``fleet rollback --surge SURGE``.  The surge hosts still keep
+    generation 2 in prev/ (the failed generation 3 never served, so its teardown left prev/
+    alone), but the bad build re-tagged generation 2's image on h2: bringing it back fails on h2,
+    the rollback halts before touching traffic, the revived units are removed, generation 1
+    keeps serving."""
     sb, inventory, tmp, front = switched
     serving = _moved(V1, tmp / "pd-v1-on-old.yaml", OLD)
     before = {(h, u): container_id(sb, h, u) for h in OLD for u in _containers(sb, h)}

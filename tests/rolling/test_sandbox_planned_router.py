@@ -30,7 +30,7 @@ def deployed(sandbox_fleet: Sandbox) -> Iterator[tuple[Sandbox, str]]:
     sb = sandbox_fleet
     try:
         ok(fleet(sb, "up", str(V1), "--skip-preflight", "--quiet"))
-        yield sb, f"http://{sb.host('h5').address}:8100"
+        yield sb, f"http://{sb.host('h5').address}:8200"
     finally:
         fleet(sb, "down", str(V1), "--quiet")
 
@@ -38,7 +38,7 @@ def deployed(sandbox_fleet: Sandbox) -> Iterator[tuple[Sandbox, str]]:
 def test_up_puts_the_router_in_front_of_every_replica(deployed: tuple[Sandbox, str]) -> None:
     sb, url = deployed
     workers = {w.url: w.healthy for w in RouterClient(url).workers()}
-    assert workers == {f"http://{sb.host(h).data_ip}:31100": True for h in HOSTS}
+    assert workers == {f"http://{sb.host(h).data_ip}:31200": True for h in HOSTS}
 
 
 def test_rolling_restart_drains_through_the_planned_router(deployed: tuple[Sandbox, str], tmp_path: Path) -> None:
@@ -58,4 +58,4 @@ def test_rolling_restart_drains_through_the_planned_router(deployed: tuple[Sandb
     assert load.failures == [], load.failures[:5]
     assert len(results) >= 300
     workers = {w.url: w.healthy for w in RouterClient(url).workers()}
-    assert workers == {f"http://{sb.host(h).data_ip}:31100": True for h in HOSTS}
+    assert workers == {f"http://{sb.host(h).data_ip}:31200": True for h in HOSTS}
