@@ -475,6 +475,29 @@ for ip, port in spec:
 if not socks:
     print(json.dumps({"pid": None, "errors": errors}))
     sys.exit(0)
+def sshd_session():
+    # The sshd process of the SSH connection that started us (an ancestor named sshd*): when
+    # fleet's connection ends (Ctrl-C included) it exits, and so do we, before `life` is up.
+    pid = os.getppid()
+    while pid > 1:
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                stat = f.read()
+        except OSError:
+            return None
+        if stat[stat.index("(") + 1:stat.rindex(")")].startswith("sshd"):
+            return pid
+        pid = int(stat[stat.rindex(")") + 2:].split()[1])
+    return None
+def alive(p):
+    try:
+        os.kill(p, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        pass
+    return True
+session = sshd_session()
 pid = os.fork()
 if pid:
     print(json.dumps({"pid": pid, "errors": errors}))
@@ -488,8 +511,8 @@ sel = selectors.DefaultSelector()
 for s in socks:
     sel.register(s, selectors.EVENT_READ, None)
 end = time.time() + life
-while time.time() < end:
-    for key, _ in sel.select(max(0.0, end - time.time())):
+while time.time() < end and (session is None or alive(session)):
+    for key, _ in sel.select(max(0.0, min(0.5, end - time.time()))):
         if key.data is None:
             try:
                 conn, _ = key.fileobj.accept()

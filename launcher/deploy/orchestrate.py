@@ -304,7 +304,12 @@ def take_locks(session: Session, hosts: Sequence[str], deployment: str, owner: s
             lock.break_lock(t, deployment)
         lock.acquire(t, deployment, owner)
 
-    results = session.run(hosts, take)
+    try:
+        results = session.run(hosts, take)
+    except KeyboardInterrupt:
+        # Which hosts were locked is unknown; release only removes a lock that is ours.
+        session.run(hosts, lambda h, t: lock.release(t, deployment, owner))
+        raise
     err = first_error(results)
     if err is not None:
         taken = [h for h, r in results.items() if not isinstance(r, FleetError)]
@@ -340,7 +345,12 @@ def lock_and_survey(
         taken.add(h)
         return ask.survey(t, dep, results[len(steps):])
 
-    results = session.run(hosts, one)
+    try:
+        results = session.run(hosts, one)
+    except KeyboardInterrupt:
+        # A host may hold our lock before its answer arrived; release only removes ours.
+        session.run(hosts, lambda h, t: lock.release(t, dep, owner))
+        raise
     errors = {h: r for h, r in results.items() if isinstance(r, FleetError)}
     if errors:
         session.run(sorted(taken), lambda h, t: lock.release(t, dep, owner))

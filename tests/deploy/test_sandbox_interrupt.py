@@ -7,10 +7,11 @@ real ``fleet`` CLI in a subprocess that gets SIGINT, as an operator's terminal s
   deployment left on any host, the deploy lock released (a new ``fleet up`` goes through), and
   no fleet SSH session left open on the hosts.
 - ``fleet up`` interrupted while its preflight probes reachability (h7's connect probe hangs):
-  besides the above, the listener on rank 0's dist-init port is gone (xfail: a known bug).
+  besides the above, the listener on rank 0's dist-init port is gone (it follows the SSH
+  connection that started it).
 - ``fleet up`` interrupted while both hosts hang in the lock+survey round trip (docker image
-  inspect hangs): the same promises (xfail: known bugs, it waits for the hang, then leaves the
-  locks).
+  inspect hangs): the same promises -- fleet does not wait out the hung command, and the locks
+  it took are released.
 - ``fleet logs -f``: both units' lines arrive prefixed ``host/unit | ``, a line logged after the
   follow began shows up (also with ``--tail 0``, which shows only new lines), and Ctrl-C ends it
   (exit 130) leaving no ``docker logs`` on the hosts.
@@ -236,8 +237,6 @@ def test_ctrl_c_in_preflight_gate_starts_nothing(sb: Sandbox, tmp_path: Path) ->
     up_again(sb, tmp_path)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: the interrupted preflight closes its connections before it "
-                   "stops its reachability listener, which then holds rank 0's port for 60 s")
 def test_ctrl_c_in_preflight_reachability_leaves_no_listener(sb: Sandbox, tmp_path: Path) -> None:
     # The preflight listens on rank 0's dist-init port (h6) and h7 connects to it.  h7's python3
     # (shadowed for the preflight's connect probe only) first says it was called, then hangs:
@@ -270,8 +269,6 @@ def test_ctrl_c_in_preflight_reachability_leaves_no_listener(sb: Sandbox, tmp_pa
     up_again(sb, tmp_path)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: Ctrl-C waits for the hung lock+survey round trip (up to "
-                   "STEP_TIMEOUT_S) and then leaves the locks it took held")
 def test_ctrl_c_while_a_host_hangs_in_the_survey_is_prompt_and_unlocks(sb: Sandbox, tmp_path: Path) -> None:
     # Each host's docker hangs on `image inspect`, which the survey runs right after taking the
     # lock (same round trip): fleet holds both locks and waits on both hosts.
