@@ -601,18 +601,26 @@ def start_step(
         # stops, and every host is stopped before any starts: those barriers stay round trips.
         held = {h: [(d.unit.runtime, d.name) for d in by_host[h] if not _missing(surveys, d)] for h in hosts}
         session.run([h for h in hosts if held[h]], lambda h, t: _hold(t, held[h]))
+        # A multi-node group's serving rank finishes its in-flight requests on SIGTERM, but dies
+        # at once when a peer rank goes first (its process group breaks): running leaders of
+        # multi-node groups stop, with their grace, before the other ranks do.
+        leaders = {h: [d for d in by_host[h] if d.unit.rank == 0 and not _missing(surveys, d)
+                       and sum(1 for u in units if u.unit.group == d.unit.group) > 1] for h in hosts}  # fmt: skip
+        drained = session.run([h for h in hosts if leaders[h]],
+                              lambda h, t: _stop_units(t, leaders[h], progress, STOP_TIMEOUT_S))  # fmt: skip
         when = _now()
         installed = session.run(
-            hosts,
-            lambda h, t: _stop_and_install(t, by_host[h], surveys[h], target, owner.split(" ")[0], when, progress),
+            [h for h in hosts if not isinstance(drained.get(h), FleetError)],
+            lambda h, t: _stop_and_install(t, by_host[h], surveys[h], target, owner.split(" ")[0], when, progress,
+                                           stopped=frozenset(d.name for d in leaders[h])),
         )
         started = session.run(
-            [h for h in hosts if not isinstance(installed[h], FleetError)],
+            [h for h in installed if not isinstance(installed[h], FleetError)],
             lambda h, t: _start_units(t, by_host[h], secrets, progress),
         )
         broken: dict[str, FleetError] = {}
         for h in hosts:
-            err = next((r for r in (installed[h], started.get(h)) if isinstance(r, FleetError)), None)
+            err = next((r for r in (drained.get(h), installed.get(h), started.get(h)) if isinstance(r, FleetError)), None)
             if err is not None:
                 for d in by_host[h]:
                     broken.setdefault(d.unit.group, err)
@@ -667,10 +675,13 @@ def _stop_and_install(
     who: str,
     when: str,
     progress: Progress,
+    *,
+    stopped: frozenset[str] = frozenset(),
 ) -> None:
-    """One round trip: stop the units, keep the changed ones' files in ``prev/``, remove stale
-    files, write every file (secrets file 0600, content on stdin only), each manifest last."""
-    steps = _stop_steps(units, progress, STOP_TIMEOUT_S)
+    """One round trip: stop the units (but those already ``stopped``), keep the changed ones'
+    files in ``prev/``, remove stale files, write every file (secrets file 0600, content on
+    stdin only), each manifest last."""
+    steps = _stop_steps([d for d in units if d.name not in stopped], progress, STOP_TIMEOUT_S)
     files: list[Put] = []
     manifests: list[Put] = []
     stale: list[str] = []

@@ -267,10 +267,12 @@ def _retire(target: Target, connect: Connect, options: RollOptions, progress: Pr
                     docker_units.setdefault(m.host, []).append(m.unit)
             session.run(sorted(docker_units), lambda h, t: check(t, hold_argv("docker", docker_units[h]) or ("true",),
                                                                       label="docker update --restart=no"))  # fmt: skip
-            for rank in sorted({RETIRE_ORDER.get(m.role, 5) for m in manifests}):
+            # Per role step, serving ranks (rank 0) first: a multi-node instance's rank 0 finishes
+            # its in-flight requests on SIGTERM but dies at once if a peer rank goes first.
+            for step in sorted({(RETIRE_ORDER.get(m.role, 5), m.rank != 0) for m in manifests}):
                 batch: dict[str, list[Manifest]] = {}
                 for m in manifests:
-                    if RETIRE_ORDER.get(m.role, 5) == rank:
+                    if (RETIRE_ORDER.get(m.role, 5), m.rank != 0) == step:
                         batch.setdefault(m.host, []).append(m)
 
                 def retire(h: str, t: Transport, batch: dict[str, list[Manifest]] = batch) -> None:

@@ -76,6 +76,8 @@ def test_every_rank_of_a_group_is_held_on_every_host_before_any_rank_stops(sim: 
     kinds = [k for k, _, _ in sim.journal]
     assert sorted(sim.journal[:2]) == [("hold", "h1", "fleet-demo-rank-r0"), ("hold", "h2", "fleet-demo-rank-r1")]
     assert kinds == ["hold", "hold", "stop", "stop"]
+    # The serving rank stops (and drains) first: it would die at once if a peer went first.
+    assert sim.journal[2:] == [("stop", "h1", "fleet-demo-rank-r0"), ("stop", "h2", "fleet-demo-rank-r1")]
     sim.journal.clear()
     down(target(pp_plan()), sim.connect, FAST)
     kinds = [k for k, _, _ in sim.journal]
@@ -270,8 +272,9 @@ def test_round_trips_per_host_one_unit_each(sim: SimFleet) -> None:
     before = trips(sim)
     up(target(pp_plan(args=("--max-running-requests", "8"))), sim.connect, FAST)
     after = trips(sim)
-    # the changed group is held first (its containers run); the router's host only locks, surveys, unlocks
-    assert {h: after[h] - before[h] for h in after} == {"h1": 6, "h2": 6, "h3": 2}
+    # the changed group is held first (its containers run) and its leader on h1 stops before the
+    # other rank; the router's host only locks, surveys, unlocks
+    assert {h: after[h] - before[h] for h in after} == {"h1": 7, "h2": 6, "h3": 2}
     before = trips(sim)
     up(target(pp_plan(args=("--max-running-requests", "8"))), sim.connect, FAST)
     assert {h: n - before[h] for h, n in trips(sim).items()} == {"h1": 2, "h2": 2, "h3": 2}
