@@ -754,10 +754,13 @@ def down(
             session.run(sorted(by_host_all), lambda h, t: _hold(t, [(m.runtime, m.unit) for m in by_host_all[h]]))
             reports: list[UnitReport] = []
             errors: list[str] = []
-            for step in sorted({order.get(m.unit, 99) for m in found}, reverse=True):
+            # Reverse start order; within a step serving ranks first (they drain on SIGTERM, but
+            # die at once when a peer rank goes first).
+            steps = sorted({(-order.get(m.unit, 99), m.rank != 0) for m in found})
+            for step in steps:
                 batch: dict[str, list[Manifest]] = {}
                 for m in found:
-                    if order.get(m.unit, 99) == step:
+                    if (-order.get(m.unit, 99), m.rank != 0) == step:
                         batch.setdefault(m.host, []).append(m)
 
                 def remove(h: str, t: Transport, batch: dict[str, list[Manifest]] = batch) -> None:

@@ -82,6 +82,9 @@ def test_every_rank_of_a_group_is_held_on_every_host_before_any_rank_stops(sim: 
     down(target(pp_plan()), sim.connect, FAST)
     kinds = [k for k, _, _ in sim.journal]
     assert kinds[:3] == ["hold"] * 3 and kinds[3:] == ["stop"] * 3
+    # Router first (reverse start order), then the group's serving rank, then its peer.
+    assert sim.journal[3:] == [("stop", "h3", "fleet-demo-router"), ("stop", "h1", "fleet-demo-rank-r0"),
+                               ("stop", "h2", "fleet-demo-rank-r1")]  # fmt: skip
 
 
 def test_a_dead_rank_restarts_its_group(sim: SimFleet) -> None:
