@@ -12,11 +12,11 @@ import re
 import sys
 import threading
 from dataclasses import dataclass
-from typing import IO, Iterable, Mapping, Protocol, Sequence
+from typing import IO, TYPE_CHECKING, Iterable, Mapping, Protocol, Sequence
 
-from rich.console import Console
-from rich.live import Live
-from rich.table import Table
+if TYPE_CHECKING:  # rich is imported where a table is drawn: most commands' hot paths never do
+    from rich.console import Console
+    from rich.table import Table
 
 MASK = "***"
 
@@ -93,6 +93,9 @@ class LiveProgress:
     manager around the work so the table is finalised (and the cursor restored) on Ctrl-C."""
 
     def __init__(self, console: Console | None = None) -> None:
+        from rich.console import Console
+        from rich.live import Live
+
         self._console = console if console is not None else Console(stderr=True)
         self._rows: dict[tuple[str, str], Event] = {}
         self._lock = threading.Lock()
@@ -117,6 +120,8 @@ class LiveProgress:
             self._live.console.print(line, markup=False, highlight=False)
 
     def _table(self) -> Table:
+        from rich.table import Table
+
         table = Table(box=None, pad_edge=False)
         for col in ("host", "unit", "state", "detail"):
             table.add_column(col)
@@ -144,6 +149,8 @@ def _styled(state: str) -> str:
 
 def table(columns: Sequence[str], rows: Iterable[Sequence[str]], *, title: str | None = None) -> Table:
     """A plain rich table (no markup interpretation of cell text)."""
+    from rich.table import Table
+
     t = Table(title=title, box=None, pad_edge=False)
     for col in columns:
         t.add_column(col)
@@ -158,6 +165,8 @@ def _escape(text: str) -> str:
 
 def print_table(t: Table, stream: IO[str] | None = None) -> None:
     """On a terminal, fit its width; elsewhere (pipes, logs) never truncate a cell."""
+    from rich.console import Console
+
     out = stream if stream is not None else sys.stdout
     Console(file=out, soft_wrap=True, width=None if out.isatty() else 400).print(t)
 
