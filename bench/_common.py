@@ -171,7 +171,18 @@ def sandbox(name: str, n: int, *, docker: bool) -> Iterator[object]:
         fleet.down(name)
 
 
+def precompile() -> None:
+    """Byte-compile this checkout's ``launcher/``, as installing fleet does (pip compiles a
+    wheel's modules; the peers' venv is compiled the same way): with PYTHONDONTWRITEBYTECODE
+    set, as on this machine, an uncompiled editable checkout would re-compile every module in
+    every fleet process (~0.1 s of each start-up)."""
+    import compileall
+
+    compileall.compile_dir(str(REPO / "launcher"), quiet=1)
+
+
 def require_root() -> None:
+    precompile()
     if os.geteuid() != 0:
         raise SystemExit("the sandbox benchmarks need root (network namespaces, sshd)")
     for tool in ("ip", "unshare", "/usr/sbin/sshd", "ssh-keygen"):

@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import REPO, fmt_s, loadavg, machine, md_table, median, spread, write_results  # noqa: E402
+from _common import REPO, fmt_s, loadavg, machine, md_table, median, precompile, spread, write_results  # noqa: E402
 
 H100_HOSTS = 600
 RTX_HOSTS = 400
@@ -182,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--mem", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.child is None:
+        precompile()
     if args.child is not None:
         print(json.dumps(child(args.child, args.mem)))
         return 0

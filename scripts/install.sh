@@ -20,3 +20,6 @@ fi
 mkdir -p /run/sshd
 
 python3 -m pip install -q --disable-pip-version-check -e '.[test]'
+# Byte-compile fleet as a wheel install would: with PYTHONDONTWRITEBYTECODE set (as in some CI
+# images) an editable checkout would otherwise re-compile every module in every fleet process.
+python3 -m compileall -q launcher >/dev/null
