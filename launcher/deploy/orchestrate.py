@@ -17,9 +17,10 @@ when any rank's render hash or secret values changed or any rank is not running.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 from dataclasses import dataclass, field, replace
-from typing import Callable, Literal, Mapping, Sequence
+from typing import Callable, Iterator, Literal, Mapping, Sequence
 
 from launcher.deploy import lock
 from launcher.deploy.desired import Desired, File, groups, secrets_file, step_of
@@ -304,17 +305,31 @@ def take_locks(session: Session, hosts: Sequence[str], deployment: str, owner: s
             lock.break_lock(t, deployment)
         lock.acquire(t, deployment, owner)
 
-    try:
+    with _unlock_on_interrupt(session, hosts, deployment, owner):
         results = session.run(hosts, take)
-    except KeyboardInterrupt:
-        # Which hosts were locked is unknown; release only removes a lock that is ours.
-        session.run(hosts, lambda h, t: lock.release(t, deployment, owner))
-        raise
     err = first_error(results)
     if err is not None:
         taken = [h for h, r in results.items() if not isinstance(r, FleetError)]
         session.run(taken, lambda h, t: lock.release(t, deployment, owner))
         raise err
+
+
+@contextlib.contextmanager
+def _unlock_on_interrupt(session: Session, hosts: Sequence[str], deployment: str, owner: str) -> Iterator[None]:
+    """Ctrl-C while locks are being taken: which hosts hold ours is unknown (a lock may be taken
+    before its answer arrives), so release everywhere -- release only removes a lock that is ours."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        session.run(hosts, lambda h, t: lock.release(t, deployment, owner))
+        raise
+
+
+def stop_wave(rank: int) -> int:
+    """When a rank stops within its step: serving ranks (rank 0) first.  A multi-node
+    instance's rank 0 finishes its in-flight requests on SIGTERM, but dies at once when a peer
+    rank goes first (its process group breaks)."""
+    return 0 if rank == 0 else 1
 
 
 def survey_all(target: Target, session: Session, hosts: Sequence[str]) -> dict[str, Survey]:
@@ -345,12 +360,8 @@ def lock_and_survey(
         taken.add(h)
         return ask.survey(t, dep, results[len(steps):])
 
-    try:
+    with _unlock_on_interrupt(session, hosts, dep, owner):
         results = session.run(hosts, one)
-    except KeyboardInterrupt:
-        # A host may hold our lock before its answer arrived; release only removes ours.
-        session.run(hosts, lambda h, t: lock.release(t, dep, owner))
-        raise
     errors = {h: r for h, r in results.items() if isinstance(r, FleetError)}
     if errors:
         session.run(sorted(taken), lambda h, t: lock.release(t, dep, owner))
@@ -543,7 +554,7 @@ def _remove_orphans(
             retire(t, m)
             progress.update(Event(host=h, unit=m.unit, state="removed"))
 
-    session.run(sorted(by_host), lambda h, t: _hold(t, [(m.runtime, m.unit) for m in by_host[h]]))
+    session.run(sorted(by_host), lambda h, t: hold(t, [(m.runtime, m.unit) for m in by_host[h]]))
     results = session.run(sorted(by_host), remove)
     for h, res in results.items():
         for m in by_host[h]:
@@ -563,7 +574,7 @@ def retire(t: Transport, m: Manifest, keep_prev: bool = True) -> None:
     write_files(t, (), steps=steps, timeout=STOP_TIMEOUT_S + 60 + 2 * STEP_TIMEOUT_S)
 
 
-def _hold(t: Transport, units: Sequence[tuple[Runtime, str]]) -> None:
+def hold(t: Transport, units: Sequence[tuple[Runtime, str]]) -> None:
     """No automatic restarts for these units from now on (they are about to stop); best effort."""
     for rt in ("docker", "systemd"):
         argv = hold_argv(rt, [name for r, name in units if r == rt])
@@ -600,11 +611,10 @@ def start_step(
         # (a unit the survey found missing has nothing to hold).  Every host is held before any
         # stops, and every host is stopped before any starts: those barriers stay round trips.
         held = {h: [(d.unit.runtime, d.name) for d in by_host[h] if not _missing(surveys, d)] for h in hosts}
-        session.run([h for h in hosts if held[h]], lambda h, t: _hold(t, held[h]))
-        # A multi-node group's serving rank finishes its in-flight requests on SIGTERM, but dies
-        # at once when a peer rank goes first (its process group breaks): running leaders of
-        # multi-node groups stop, with their grace, before the other ranks do.
-        leaders = {h: [d for d in by_host[h] if d.unit.rank == 0 and not _missing(surveys, d)
+        session.run([h for h in hosts if held[h]], lambda h, t: hold(t, held[h]))
+        # Running leaders of multi-node groups stop, with their grace, before the other ranks
+        # (see stop_wave).
+        leaders = {h: [d for d in by_host[h] if stop_wave(d.unit.rank) == 0 and not _missing(surveys, d)
                        and sum(1 for u in units if u.unit.group == d.unit.group) > 1] for h in hosts}  # fmt: skip
         drained = session.run([h for h in hosts if leaders[h]],
                               lambda h, t: _stop_units(t, leaders[h], progress, STOP_TIMEOUT_S))  # fmt: skip
@@ -639,7 +649,7 @@ def start_step(
             for d in failed:
                 teardown.setdefault(d.host, []).append(d)
             down_hosts = sorted(teardown)
-            session.run(down_hosts, lambda h, t: _hold(t, [(d.unit.runtime, d.name) for d in teardown[h]]))
+            session.run(down_hosts, lambda h, t: hold(t, [(d.unit.runtime, d.name) for d in teardown[h]]))
             session.run(down_hosts, lambda h, t: _stop_units(t, teardown[h], progress, None))
     return verdicts
 
@@ -751,16 +761,15 @@ def down(
             by_host_all: dict[str, list[Manifest]] = {}
             for m in found:
                 by_host_all.setdefault(m.host, []).append(m)
-            session.run(sorted(by_host_all), lambda h, t: _hold(t, [(m.runtime, m.unit) for m in by_host_all[h]]))
+            session.run(sorted(by_host_all), lambda h, t: hold(t, [(m.runtime, m.unit) for m in by_host_all[h]]))
             reports: list[UnitReport] = []
             errors: list[str] = []
-            # Reverse start order; within a step serving ranks first (they drain on SIGTERM, but
-            # die at once when a peer rank goes first).
-            steps = sorted({(-order.get(m.unit, 99), m.rank != 0) for m in found})
+            # Reverse start order; within a step serving ranks first (see stop_wave).
+            steps = sorted({(-order.get(m.unit, 99), stop_wave(m.rank)) for m in found})
             for step in steps:
                 batch: dict[str, list[Manifest]] = {}
                 for m in found:
-                    if (-order.get(m.unit, 99), m.rank != 0) == step:
+                    if (-order.get(m.unit, 99), stop_wave(m.rank)) == step:
                         batch.setdefault(m.host, []).append(m)
 
                 def remove(h: str, t: Transport, batch: dict[str, list[Manifest]] = batch) -> None:

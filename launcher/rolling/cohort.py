@@ -38,7 +38,6 @@ from launcher.deploy.health import Verdict, gate
 from launcher.deploy.manifest import Manifest
 from launcher.deploy.orchestrate import Connect, Options, Session, Target, survey_host
 from launcher.deploy.remote import check
-from launcher.deploy.steps import hold_argv
 from launcher.deploy.secrets import resolve
 from launcher.errors import FleetError, UsageError
 from launcher.execute.transport import Transport
@@ -265,14 +264,12 @@ def _retire(target: Target, connect: Connect, options: RollOptions, progress: Pr
             for m in manifests:
                 if m.runtime == "docker":
                     docker_units.setdefault(m.host, []).append(m.unit)
-            session.run(sorted(docker_units), lambda h, t: check(t, hold_argv("docker", docker_units[h]) or ("true",),
-                                                                      label="docker update --restart=no"))  # fmt: skip
-            # Per role step, serving ranks (rank 0) first: a multi-node instance's rank 0 finishes
-            # its in-flight requests on SIGTERM but dies at once if a peer rank goes first.
-            for step in sorted({(RETIRE_ORDER.get(m.role, 5), m.rank != 0) for m in manifests}):
+            session.run(sorted(docker_units), lambda h, t: orchestrate.hold(t, [("docker", n) for n in docker_units[h]]))
+            # Per role step, serving ranks first (see orchestrate.stop_wave).
+            for step in sorted({(RETIRE_ORDER.get(m.role, 5), orchestrate.stop_wave(m.rank)) for m in manifests}):
                 batch: dict[str, list[Manifest]] = {}
                 for m in manifests:
-                    if (RETIRE_ORDER.get(m.role, 5), m.rank != 0) == step:
+                    if (RETIRE_ORDER.get(m.role, 5), orchestrate.stop_wave(m.rank)) == step:
                         batch.setdefault(m.host, []).append(m)
 
                 def retire(h: str, t: Transport, batch: dict[str, list[Manifest]] = batch) -> None:

@@ -27,7 +27,7 @@ from launcher.deploy.health import Verdict, gate
 from launcher.deploy.manifest import Manifest
 from launcher.deploy.orchestrate import Connect, GroupChange, Options, Session, Survey, Target
 from launcher.deploy.remote import check
-from launcher.deploy.steps import hold_argv, stop_argv
+from launcher.deploy.steps import stop_argv
 from launcher.errors import ExitCode, FleetError, UsageError
 from launcher.execute.transport import Transport
 from launcher.output import Event, Progress, QuietProgress, mask
@@ -317,8 +317,7 @@ class _Rollout:
                 if d.unit.runtime == "docker" and len(g.units) > 1:
                     units.setdefault(d.host, []).append(d.name)
         if units:
-            self.session.run(sorted(units), lambda h, t: check(t, hold_argv("docker", units[h]) or ("true",),
-                                                               label="docker update --restart=no"))  # fmt: skip
+            self.session.run(sorted(units), lambda h, t: orchestrate.hold(t, [("docker", n) for n in units[h]]))
 
     def _changes(self, groups: Sequence[RollGroup], reason: str) -> list[GroupChange]:
         out = []
