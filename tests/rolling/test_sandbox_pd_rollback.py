@@ -116,6 +116,24 @@ def _json(proc: Any) -> dict[str, Any]:
     return doc
 
 
+def _assert_halted_and_serving(sb: Sandbox, doc: dict[str, Any], results: list[Any], load: LoadGen,
+                               before: dict[tuple[str, str], str], front: Router, *, at_least: int) -> None:
+    """A halted switch: rows show the serving cohort unchanged and the new one failed (each group
+    once per cohort); the serving cohort never stopped (no failed request, all on generation 1,
+    same containers, still the front router's only worker); nothing left on the surge hosts."""
+    assert {(g["group"].split("/")[1], g["outcome"], g["detail"]) for g in doc["groups"]} == {
+        (g, outcome, who) for outcome, who in (("unchanged", "old cohort"), ("failed", "new cohort"))
+        for g in ("prefill0", "prefill1", "decode0", "router")
+    }  # fmt: skip
+    assert len(results) >= at_least
+    assert load.failures == [], load.failures[:5]
+    assert {r.generation for r in results} == {"1"}
+    assert {(h, u): container_id(sb, h, u) for h in OLD for u in _containers(sb, h)} == before
+    assert [w["url"] for w in front.workers()] == [f"http://{sb.host('h8').data_ip}:38100"]
+    for h in SURGE:
+        assert _containers(sb, h) == [], h
+
+
 def test_pd_rollback_switches_back_under_load_never_mixing(switched: tuple[Sandbox, str, Path, Router]) -> None:
     sb, inventory, tmp, front = switched
     serving = _moved(V2, tmp / "pd-v2-on-surge.yaml", SURGE, image="fleet-standin:v2")
@@ -195,21 +213,8 @@ def test_pd_failed_new_cohort_halts_and_old_cohort_keeps_serving(switched: tuple
     assert all(e.startswith("new cohort on h1, h2, h3: h2: sh /etc/fleet/sb-roll-pd/fleet-sb-roll-pd-") for e in errors[:-1]), errors
     assert all("injected failure: crash-at-start" in e for e in errors[:-1]), errors
     assert errors[-1] == "rollout halted: the new cohort was removed; the serving cohort was never touched"
-    # Rows: the serving cohort unchanged, the new one failed (each group once per cohort).
-    assert {(g["group"].split("/")[1], g["outcome"], g["detail"]) for g in doc["groups"]} == {
-        (g, outcome, who) for outcome, who in (("unchanged", "old cohort"), ("failed", "new cohort"))
-        for g in ("prefill0", "prefill1", "decode0", "router")
-    }  # fmt: skip
-
-    # The serving cohort never stopped: no failed request, all on generation 1, same containers,
-    # still the front router's only worker; the failed cohort is gone from the surge hosts.
-    assert len(results) >= 100
-    assert load.failures == [], load.failures[:5]
-    assert {r.generation for r in results} == {"1"}
-    assert {(h, u): container_id(sb, h, u) for h in OLD for u in _containers(sb, h)} == before
-    assert [w["url"] for w in front.workers()] == [f"http://{sb.host('h8').data_ip}:38100"]
+    _assert_halted_and_serving(sb, doc, results, load, before, front, at_least=100)
     for h in SURGE:
-        assert _containers(sb, h) == [], h
         res = sb.ssh(h, f"ls /etc/fleet/{DEPLOYMENT}/*/manifest.json 2>/dev/null; true")
         assert res.out.strip() == "", (h, res.out)
 
@@ -237,14 +242,4 @@ def test_pd_failed_rollback_halts_and_serving_cohort_keeps_serving(switched: tup
     assert errors[0].startswith("previous cohort on h1, h2, h3: h2: sh /etc/fleet/sb-roll-pd/fleet-sb-roll-pd-"), errors
     assert "injected failure: crash-at-start" in errors[0], errors
     assert errors[1] == "rollback halted: the serving cohort was never touched"
-    assert {(g["group"].split("/")[1], g["outcome"], g["detail"]) for g in doc["groups"]} == {
-        (g, outcome, who) for outcome, who in (("unchanged", "old cohort"), ("failed", "new cohort"))
-        for g in ("prefill0", "prefill1", "decode0", "router")
-    }  # fmt: skip
-    assert len(results) >= 50
-    assert load.failures == [], load.failures[:5]
-    assert {r.generation for r in results} == {"1"}
-    assert {(h, u): container_id(sb, h, u) for h in OLD for u in _containers(sb, h)} == before
-    assert [w["url"] for w in front.workers()] == [f"http://{sb.host('h8').data_ip}:38100"]
-    for h in SURGE:
-        assert _containers(sb, h) == [], h
+    _assert_halted_and_serving(sb, doc, results, load, before, front, at_least=50)
