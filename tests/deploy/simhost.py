@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from launcher.deploy import lock, steps, wait
+from launcher.execute import files
 from launcher.execute.command import Command
 from launcher.execute.transport import Result, check_put_args
+from launcher.rolling import router_api
 
 
 @dataclass
@@ -45,6 +47,8 @@ class SimHost:
         self.closed = False
         self.held: set[str] = set()  # containers whose restart policy was set to "no"
         self.journal: list[tuple[str, str, str]] = []  # (what, host, unit); may be shared by a fleet
+        self.trips = 0  # round trips: every run and put (the steps inside a batch are one)
+        self.stdin = b""  # of the last run (a batch's file bytes)
 
     # Transport ----------------------------------------------------------------------------
     @property
@@ -58,6 +62,10 @@ class SimHost:
         return self.files[path][0]
 
     def put(self, path: str, data: bytes, mode: int) -> None:
+        self.trips += 1
+        self._write(path, data, mode)
+
+    def _write(self, path: str, data: bytes, mode: int) -> None:
         check_put_args(path, mode)
         self.writes += 1
         self.log.append(("put", path, f"{mode:04o}"))
@@ -72,6 +80,8 @@ class SimHost:
         env: Mapping[str, str] | None = None,
         check: bool = False,
     ) -> Result:
+        self.trips += 1
+        self.stdin = stdin or b""
         args = tuple(Command.of(argv).reveal())
         self.log.append(args)
         code, out, err = self._dispatch(args)
@@ -213,6 +223,43 @@ class SimHost:
         return None if raw is None else dict(json.loads(raw[0]))
 
 
+    # Batched operations (launcher/execute/files.py): one exec running several of the scripts
+    # below, then removals, then file writes whose bytes come on stdin; the steps inside a
+    # batch are logged like separate runs.
+    def batch(self, p: Sequence[str]) -> tuple[int, str, str]:
+        b, n, rest = p[0], int(p[1]), list(p[2:])
+        out, err = "", ""
+        for s in range(1, n + 1):
+            k = int(rest[0])
+            argv, rest = tuple(rest[1:1 + k]), rest[1 + k:]
+            self.log.append(argv)
+            code, o, e = self._dispatch(argv)
+            out += f"{o}\n{b} step {s} {code}\n"
+            err += f"{e}\n{b} step {s}\n"
+            if code:
+                return code, out, err
+        m = int(rest[0])
+        for i, path in enumerate(rest[1:1 + m], start=1):
+            out += f"\n{b} rm {i}\n"
+            self.files.pop(path, None)
+        rest, data = rest[1 + m:], self.stdin
+        for i in range(0, len(rest), 3):
+            path, mode, length = rest[i], int(rest[i + 1], 8), int(rest[i + 2])
+            out += f"\n{b} put {i // 3 + 1}\n"
+            self._write(path, data[:length], mode)
+            data = data[length:]
+        return 0, out + f"\n{b} done\n", err
+
+    def images_present(self, p: Sequence[str]) -> tuple[int, str, str]:
+        return 0, "".join(f"{'present' if i in self.images else 'absent'} {i}\n" for i in p), ""
+
+    def http(self, p: Sequence[str]) -> tuple[int, str, str]:
+        """HTTP sent from the host (rolling's drain asks the engine for in-flight requests): the
+        simulated engines have no load counter, so every URL answers 404, as an engine without
+        /get_load does."""
+        return 0, "not found\n404", ""
+
+
 _SCRIPTS = {
     lock._ACQUIRE: SimHost.lock_acquire,
     lock._RELEASE: SimHost.lock_release,
@@ -229,82 +276,7 @@ _SCRIPTS = {
     steps._HASHES: SimHost.hashes,
     steps._READ: SimHost.read,
     steps._LOGS: SimHost.logs,
+    files._SCRIPT: SimHost.batch,
+    steps._IMAGES: SimHost.images_present,
+    router_api._REQUEST: SimHost.http,
 }
-
-
-# ---------------------------------------------------------------------------------------------
-# Batched operations (launcher/execute/files.py): one exec running several of the scripts above,
-# then removals, then file writes whose bytes come on stdin.  Every top-level run/put is one
-# round trip, counted in ``trips``; the steps inside a batch are logged like separate runs.
-
-from launcher.execute import files as _files  # noqa: E402
-
-_plain_run = SimHost.run
-_plain_put = SimHost.put
-
-
-def _run_counting(
-    self: SimHost,
-    argv: Sequence[str] | Command,
-    *,
-    timeout: float,
-    stdin: bytes | None = None,
-    env: Mapping[str, str] | None = None,
-    check: bool = False,
-) -> Result:
-    self.trips = getattr(self, "trips", 0) + 1  # type: ignore[attr-defined]
-    self.stdin = stdin or b""  # type: ignore[attr-defined]
-    return _plain_run(self, argv, timeout=timeout, stdin=stdin, env=env, check=check)
-
-
-def _put_counting(self: SimHost, path: str, data: bytes, mode: int) -> None:
-    self.trips = getattr(self, "trips", 0) + 1  # type: ignore[attr-defined]
-    _plain_put(self, path, data, mode)
-
-
-def _batch(self: SimHost, p: Sequence[str]) -> tuple[int, str, str]:
-    b, n, rest = p[0], int(p[1]), list(p[2:])
-    out, err = "", ""
-    for s in range(1, n + 1):
-        k = int(rest[0])
-        argv, rest = tuple(rest[1:1 + k]), rest[1 + k:]
-        self.log.append(argv)
-        code, o, e = self._dispatch(argv)
-        out += f"{o}\n{b} step {s} {code}\n"
-        err += f"{e}\n{b} step {s}\n"
-        if code:
-            return code, out, err
-    m = int(rest[0])
-    for i, path in enumerate(rest[1:1 + m], start=1):
-        out += f"\n{b} rm {i}\n"
-        self.files.pop(path, None)
-    rest, data = rest[1 + m:], getattr(self, "stdin", b"")
-    for i in range(0, len(rest), 3):
-        path, mode, length = rest[i], int(rest[i + 1], 8), int(rest[i + 2])
-        out += f"\n{b} put {i // 3 + 1}\n"
-        _plain_put(self, path, data[:length], mode)
-        data = data[length:]
-    return 0, out + f"\n{b} done\n", err
-
-
-def _images(self: SimHost, p: Sequence[str]) -> tuple[int, str, str]:
-    return 0, "".join(f"{'present' if i in self.images else 'absent'} {i}\n" for i in p), ""
-
-
-SimHost.run = _run_counting  # type: ignore[method-assign]
-SimHost.put = _put_counting  # type: ignore[method-assign]
-_SCRIPTS[_files._SCRIPT] = _batch
-_SCRIPTS[steps._IMAGES] = _images
-
-
-from launcher.rolling import router_api  # noqa: E402
-
-
-def _http(self: SimHost, p: Sequence[str]) -> tuple[int, str, str]:
-    """HTTP sent from the host (rolling's drain asks the engine for in-flight requests): the
-    simulated engines have no load counter, so every URL answers 404, as an engine without
-    /get_load does."""
-    return 0, "not found\n404", ""
-
-
-_SCRIPTS[router_api._REQUEST] = _http
