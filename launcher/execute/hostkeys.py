@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 from typing import Sequence
 
-import paramiko
+from launcher.execute.sshlib import paramiko
 
 from launcher.errors import HostKeyError, UsageError
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import getpass
 import logging
 import os
+import re
 import select
 import shlex
 import socket
@@ -25,11 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-import paramiko
-
 from launcher.errors import HostKeyError, InputError, RemoteError, UnreachableError
 from launcher.execute.command import Command, Token
 from launcher.execute.hostkeys import KnownHosts, StrictPolicy, host_key_name
+from launcher.execute.sshlib import allow_match_exec, paramiko
 from launcher.execute.transport import CommandTimeout, Result, get_command, put_command
 from launcher.model import Host
 
@@ -77,11 +77,19 @@ class Endpoint:
         return host_key_name(self.address, self.port)
 
 
+_MATCH_EXEC = re.compile(r"^\s*match\b.*\bexec\b", re.IGNORECASE | re.MULTILINE)
+
+
 def load_ssh_config(path: str | None) -> paramiko.SSHConfig | None:
     if path is None:
         return None
     full = Path(os.path.expanduser(path))
-    return paramiko.SSHConfig.from_path(str(full)) if full.is_file() else None
+    if not full.is_file():
+        return None
+    config = paramiko.SSHConfig.from_path(str(full))
+    if _MATCH_EXEC.search(full.read_text(errors="replace")):
+        allow_match_exec()
+    return config
 
 
 def proxy_jump_from_args(host: Host) -> str | None:

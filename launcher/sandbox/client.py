@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-import paramiko
+from launcher.execute.sshlib import paramiko
 
 from launcher.sandbox.state import HostState, SandboxState
 
