@@ -23,6 +23,19 @@ because this machine has no GPUs.  It honours the real contract, not a simplifie
   prefill's KV endpoint (its advertised host IP) and connects to it for that room.  vLLM
   P/D: the prefill answers ``kv_transfer_params`` with its NIXL side channel
   (VLLM_NIXL_SIDE_CHANNEL_HOST/PORT); the decode connects there.
+- Mooncake store (SGLang with ``--enable-hierarchical-cache --hicache-storage-backend mooncake``):
+  every rank is a store client, as each of SGLang's ranks is.  After the rendezvous, before it is
+  healthy, it reads its config as SGLang does (``--hicache-storage-backend-extra-config`` JSON with
+  a master address, else the JSON file at SGLANG_HICACHE_MOONCAKE_CONFIG_PATH, else MOONCAKE_MASTER
+  / MOONCAKE_TE_META_DATA_SERVER / MOONCAKE_LOCAL_HOSTNAME / MOONCAKE_GLOBAL_SEGMENT_SIZE), publishes
+  itself to the metadata server when that is an ``http://`` URL (P2PHANDSHAKE needs none), and
+  mounts its segment at the master's RPC port.  Any of it failing exits 1 at once with SGLang's
+  one line (``Failed to setup Mooncake store, error code: -900`` plus the address and the cause);
+  each attempt waits at most FLEET_STANDIN_STORE_TIMEOUT s (5).  Losing the master later is only
+  logged: SGLang keeps serving, its offload calls fail.
+- Mooncake master: RPC, metrics and the embedded HTTP metadata server on their flags' ports; the
+  master records every mounted store client while its connection lasts, and /metrics reports
+  ``master_active_clients N`` and one ``mooncake_standin_store_client{...} 1`` line per client.
 - SIGTERM/SIGINT: stop accepting, finish in-flight requests within FLEET_STANDIN_GRACE_S (8),
   exit 0.  FLEET_STANDIN_START_DELAY (s) delays readiness; FLEET_STANDIN_FAIL =
   ``crash-at-start`` | ``crash-after:<s>`` | ``never-healthy`` injects failures.
@@ -118,6 +131,8 @@ class Settings:
     bootstrap_port: int = 8998
     kv_config: dict[str, Any] = field(default_factory=dict)
     extra_ports: tuple[tuple[str, int, str], ...] = ()  # mooncake: (name, port, kind)
+    store: str = ""  # HiCache storage backend (only with the hierarchical cache enabled)
+    store_extra: dict[str, Any] = field(default_factory=dict)  # its extra config
     args: dict[str, Any] = field(default_factory=dict)  # what /server_info reports
 
     @property
@@ -157,23 +172,43 @@ def parse_sglang(args: list[str]) -> Settings:
     p.add_argument("--dist-init-addr", "--nccl-init-addr", dest="dist", default=None)
     p.add_argument("--disaggregation-mode", default="null")
     p.add_argument("--disaggregation-bootstrap-port", type=int, default=8998)
+    p.add_argument("--enable-hierarchical-cache", "--enable-hicache", dest="hicache", action="store_true")
+    p.add_argument("--hicache-storage-backend", default=None)
+    p.add_argument("--hicache-storage-backend-extra-config", default=None)
     ns, _ = p.parse_known_args(args)
     if ns.nnodes > 1 and not ns.dist:
         raise Fatal("--dist-init-addr is required when --nnodes > 1", 1)
     served = ns.served_model_name or ns.model
+    store = (ns.hicache_storage_backend or "") if ns.hicache else ""
     return Settings(
         engine="sglang", model=ns.model, served_name=served, host=ns.host, port=ns.port,
         serve_http=ns.node_rank == 0, tp=ns.tp, pp=ns.pp, nnodes=ns.nnodes,
         node_rank=ns.node_rank, dist_addr=_addr(ns.dist) if ns.dist else None,
         pd_mode=ns.disaggregation_mode, bootstrap_port=ns.disaggregation_bootstrap_port,
+        store=store, store_extra=_extra_config(ns.hicache_storage_backend_extra_config) if store else {},
         args={
             "model_path": ns.model, "served_model_name": served, "host": ns.host,
             "port": ns.port, "tp_size": ns.tp, "pp_size": ns.pp, "dp_size": ns.dp,
             "nnodes": ns.nnodes, "node_rank": ns.node_rank, "dist_init_addr": ns.dist,
             "disaggregation_mode": ns.disaggregation_mode,
             "disaggregation_bootstrap_port": ns.disaggregation_bootstrap_port,
+            "enable_hierarchical_cache": ns.hicache, "hicache_storage_backend": ns.hicache_storage_backend,
         },
     )  # fmt: skip
+
+
+def _extra_config(text: str | None) -> dict[str, Any]:
+    """``--hicache-storage-backend-extra-config``: a JSON object, or ``@path`` to a JSON file."""
+    if not text:
+        return {}
+    try:
+        raw = Path(text[1:]).read_text() if text.startswith("@") else text
+        parsed = json.loads(raw)
+    except (OSError, ValueError) as err:
+        raise Fatal(f"ValueError: invalid --hicache-storage-backend-extra-config {text!r}: {err}") from err
+    if not isinstance(parsed, dict):
+        raise Fatal(f"ValueError: --hicache-storage-backend-extra-config {text!r} is not a JSON object")
+    return parsed
 
 
 def parse_vllm(args: list[str]) -> Settings:
@@ -881,7 +916,166 @@ class _BootstrapHandler(http.server.BaseHTTPRequestHandler):
 
 
 # ---------------------------------------------------------------------------------------------
+# Mooncake store client (SGLang's HiCache storage backend ``mooncake``)
+
+MOONCAKE_RPC_FAIL = -900  # Mooncake's ErrorCode::RPC_FAIL
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreConfig:
+    master: str  # HOST:PORT of the master's RPC
+    metadata: str  # P2PHANDSHAKE, an http:// metadata URL, or another server's address
+    local_hostname: str
+    segment: str  # global segment size as configured (the instance's, before SGLang splits it)
+
+
+def _has_master(config: dict[str, Any]) -> bool:
+    return bool(config.get("master_server_address") or config.get("client_server_address"))
+
+
+def store_config(settings: Settings, env: dict[str, str]) -> StoreConfig:
+    """SGLang's precedence: extra config naming a master > JSON file > env (messages as SGLang's)."""
+    if _has_master(settings.store_extra):
+        src = settings.store_extra
+    elif path := env.get("SGLANG_HICACHE_MOONCAKE_CONFIG_PATH"):
+        try:
+            src = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as err:
+            raise Fatal(f"RuntimeError: Failed to load config from {path}: {err}") from err
+        if not isinstance(src, dict) or not _has_master(src):
+            raise Fatal("ValueError: Either master_server_address or client_server_address is required in config file")
+    else:
+        if not env.get("MOONCAKE_MASTER") and not env.get("MOONCAKE_CLIENT"):
+            raise Fatal("ValueError: Either the environment variable 'MOONCAKE_MASTER' or 'MOONCAKE_CLIENT' is not set.")
+        src = {
+            "master_server_address": env.get("MOONCAKE_MASTER", ""),
+            "metadata_server": env.get("MOONCAKE_TE_META_DATA_SERVER", "P2PHANDSHAKE"),
+            "local_hostname": env.get("MOONCAKE_LOCAL_HOSTNAME") or env.get("LOCAL_HOSTNAME") or "localhost",
+            "global_segment_size": env.get("MOONCAKE_GLOBAL_SEGMENT_SIZE", "4gb"),
+        }
+    master = str(src.get("master_server_address") or "")
+    if not master:  # a standalone mooncake_client (MOONCAKE_CLIENT) is not played here
+        raise Fatal("Failed to setup Mooncake store: no master_server_address (the stand-in plays no mooncake_client)")
+    return StoreConfig(
+        master=master, metadata=str(src.get("metadata_server") or "P2PHANDSHAKE"),
+        local_hostname=str(src.get("local_hostname") or "localhost"),
+        segment=str(src.get("global_segment_size") or "4gb"),
+    )  # fmt: skip
+
+
+def _setup_failed(what: str, err: object) -> Fatal:
+    """SGLang's one line; the cause is the OS's words (``Connection refused``, ``timed out``)."""
+    cause = getattr(err, "reason", err)  # urllib wraps the socket error
+    words = getattr(cause, "strerror", None) or str(cause) or type(cause).__name__
+    return Fatal(f"Failed to setup Mooncake store, error code: {MOONCAKE_RPC_FAIL} ({what}: {words})")
+
+
+def _publish_metadata(cfg: StoreConfig, timeout: float) -> None:
+    """The transfer engine registers this client with the metadata server the config names."""
+    if cfg.metadata == "P2PHANDSHAKE":
+        return
+    if cfg.metadata.startswith(("http://", "https://")):
+        key = f"mooncake/rpc_meta/{cfg.local_hostname}"
+        body = json.dumps({"ip_or_host_name": cfg.local_hostname, "rpc_port": 0}).encode()
+        req = urllib.request.Request(f"{cfg.metadata}?key={key}", data=body, method="PUT")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout):
+                return
+        except (OSError, ValueError) as err:
+            raise _setup_failed(f"metadata server {cfg.metadata}", err) from err
+    address = cfg.metadata.split("://", 1)[-1].split(";", 1)[0].split("/", 1)[0]  # etcd://H:P;H2:P2
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise _setup_failed("metadata server", f"{cfg.metadata!r} is not P2PHANDSHAKE, a URL or HOST:PORT")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as err:
+        raise _setup_failed(f"metadata server {cfg.metadata}", err) from err
+
+
+def join_store(engine: Engine) -> None:
+    """Publishes the metadata, mounts the segment at the master (one attempt each, as SGLang's
+    setup() makes); keeps the master connection open for the process's life."""
+    s, env = engine.s, engine.env
+    cfg = store_config(s, env)
+    timeout = float(env.get("FLEET_STANDIN_STORE_TIMEOUT", "5"))
+    _publish_metadata(cfg, timeout)
+    host, _, port = cfg.master.rpartition(":")
+    if not host or not port.isdigit():
+        raise _setup_failed("master", f"{cfg.master!r} is not HOST:PORT")
+    hello = {"op": "mount_segment", "client": cfg.local_hostname, "host": LOG.host, "role": s.role,
+             "rank": s.node_rank, "segment": cfg.segment}  # fmt: skip
+    try:
+        conn = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
+        _send(conn, hello)
+        reply = _recv_line(conn)
+    except (OSError, ValueError) as err:
+        raise _setup_failed(f"master {cfg.master}", err) from err
+    if not reply or not reply.get("ok"):
+        conn.close()
+        raise _setup_failed(f"master {cfg.master}", "the master refused the segment")
+    conn.settimeout(None)
+    LOG("store_connected", master=cfg.master, metadata=cfg.metadata, segment=cfg.segment)
+
+    def watch() -> None:
+        with conn:
+            try:
+                while conn.recv(4096):
+                    pass
+            except OSError:
+                pass
+        LOG("store_master_lost", master=cfg.master)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+# ---------------------------------------------------------------------------------------------
 # Mooncake master
+
+
+class StoreClients:
+    """The master's record of mounted store clients: one per open client connection."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.clients: dict[int, dict[str, Any]] = {}
+
+    def serve(self, sock: socket.socket) -> None:
+        while True:
+            conn, peer = sock.accept()
+            LOG("rpc_connect", peer=peer[0])
+            threading.Thread(target=self._client, args=(conn, peer[0]), daemon=True).start()
+
+    def _client(self, conn: socket.socket, peer: str) -> None:
+        with conn:
+            try:
+                hello = _recv_line(conn)
+            except (OSError, ValueError):
+                return
+            if hello is None or hello.get("op") != "mount_segment":
+                return
+            client = {k: str(hello.get(k, "")) for k in ("host", "role", "rank", "client", "segment")}
+            with self.lock:
+                self.clients[id(conn)] = {**client, "peer": peer}
+            LOG("store_client_mounted", **client, peer=peer)
+            try:
+                _send(conn, {"ok": True})
+                while conn.recv(4096):
+                    pass
+            except OSError:
+                pass
+            with self.lock:
+                self.clients.pop(id(conn), None)
+            LOG("store_client_gone", **client, peer=peer)
+
+    def metrics(self) -> bytes:
+        with self.lock:
+            clients = sorted(self.clients.values(), key=lambda c: (c["host"], c["rank"]))
+        lines = [f"master_active_clients {len(clients)}"]
+        for c in clients:
+            labels = ",".join(f'{k}="{c[k]}"' for k in ("host", "role", "rank", "client", "peer", "segment"))
+            lines.append(f"mooncake_standin_store_client{{{labels}}} 1")
+        return ("\n".join(lines) + "\n").encode()
 
 
 class _MetaHandler(http.server.BaseHTTPRequestHandler):
@@ -889,6 +1083,7 @@ class _MetaHandler(http.server.BaseHTTPRequestHandler):
 
     store: dict[str, bytes] = {}
     kind = "metadata"
+    clients: StoreClients | None = None  # the master's record (metrics only)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         pass
@@ -909,7 +1104,8 @@ class _MetaHandler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802
         if self.kind == "metrics":
-            self._reply(200, b"master_key_count %d\n" % len(self.store))
+            recorded = self.clients.metrics() if self.clients else b""
+            self._reply(200, b"master_key_count %d\n" % len(self.store) + recorded)
             return
         key = self._key()
         if key is None:
@@ -935,19 +1131,13 @@ class _MetaHandler(http.server.BaseHTTPRequestHandler):
 
 
 def run_mooncake(settings: Settings, engine: Engine) -> None:
+    clients = StoreClients()
     for name, port, kind in settings.extra_ports:
         if kind == "tcp":
             sock = listen(settings.args.get("rpc_address", ""), port)
-
-            def accept(s: socket.socket = sock) -> None:
-                while True:
-                    conn, peer = s.accept()
-                    LOG("rpc_connect", peer=peer[0])
-                    threading.Thread(target=_drain, args=(conn,), daemon=True).start()
-
-            threading.Thread(target=accept, daemon=True).start()
+            threading.Thread(target=clients.serve, args=(sock,), daemon=True).start()
         else:
-            handler = type(f"{name}Handler", (_MetaHandler,), {"kind": kind, "store": {}})
+            handler = type(f"{name}Handler", (_MetaHandler,), {"kind": kind, "store": {}, "clients": clients})
             try:
                 srv = _Server(("", port), handler)
             except OSError as err:
@@ -955,15 +1145,6 @@ def run_mooncake(settings: Settings, engine: Engine) -> None:
             threading.Thread(target=srv.serve_forever, daemon=True).start()
         LOG("listening", what=name, port=port)
     engine.healthy.set()
-
-
-def _drain(conn: socket.socket) -> None:
-    with conn:
-        try:
-            while conn.recv(4096):
-                pass
-        except OSError:
-            pass
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1061,6 +1242,8 @@ def _bring_up(engine: Engine, fail: str) -> None:
                 threading.Thread(target=rdv.serve, daemon=True).start()
             engine.peers = join(s, engine.nic, deadline)
             LOG("rendezvous_done", peers=[f"rank{p['rank']}:{p['host']}@{p['ip']}" for p in engine.peers])
+        if s.store == "mooncake":
+            join_store(engine)
         if fail == "never-healthy":
             LOG("never_healthy")
             return
