@@ -270,13 +270,15 @@ def main(argv: list[str] | None = None) -> int:
                          f"{fmt_s(s['overhead_median_s'] or float('nan'))} [{s['overhead_range_s']}]",
                          f"{fmt_s(s['engines_healthy_overhead_median_s'] or float('nan'))} [{s['engines_healthy_overhead_range_s']}]",
                          f"{fmt_s(s['floor_median_s'] or float('nan'))} [{s['floor_range_s']}]",
+                         fmt_s(s["floor_median_s"] - delay) if s["floor_median_s"] is not None else "–",
                          f"{fmt_s(s['fleet_own_median_s'] or float('nan'))} [{s['fleet_own_range_s']}]",
                          f"≤ {target:g}",
                          f"{len(runs)} ok" + (f", {len(mine) - len(runs)} failed ({', '.join(failed)})" if len(mine) > len(runs) else "")])  # fmt: skip
     doc["summary"] = summary
     path = write_results("bringup", doc, args.out)
     print(md_table(["scenario", "start delay s", "fleet up wall s (median)", "overhead s (median [min–max])",
-                    "engines healthy − delay s", "units' own start (by hand) s", "fleet's own: wall − by-hand s",
+                    "engines healthy − delay s", "units' own start (by hand) s",
+                    "by hand − delay s (the overhead's floor: no fleet at all)", "fleet's own: wall − by-hand s",
                     "target s", "runs"], rows))  # fmt: skip
     print(f"\nresults: {path}", file=sys.stderr)
     return 0 if all(r["ok"] for r in doc["runs"]) else 1
