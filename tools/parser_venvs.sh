@@ -12,7 +12,8 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CACHE="${FLEET_PARSER_CACHE:-/var/cache/fleet-parsers}"
 PY="${PYTHON:-python3}"
-ALL=(sglang-0.5.23 vllm-0.33.0 vllm-0.30.0 vllm-0.23.0 sglang-router-0.3.2 mooncake-0.3.13.post1)
+ALL=(sglang-0.5.23 vllm-0.33.0 vllm-0.30.0 vllm-0.23.0 sglang-router-0.3.2 vllm-router-0.1.17
+  mooncake-0.3.13.post1)
 
 # Engine imports must never reach a model hub or guess a GPU.
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_TARGET_DEVICE=cpu
@@ -32,6 +33,8 @@ install() {  # install NAME into venv V; stops at the first failing pip step
   case "$name" in
     sglang-router-*)
       "${pip[@]}" "sglang-router==${name#sglang-router-}" ;;
+    vllm-router-*)  # before vllm-*, which would match it too
+      "${pip[@]}" "vllm-router==${name#vllm-router-}" ;;
     sglang-*)
       "${pip[@]}" "$TORCH" &&
         "${pip[@]}" --no-deps "sglang==${name#sglang-}" &&

@@ -55,6 +55,9 @@ class Target:
     # (`vllm serve ...` is parsed by the top-level `vllm` parser); None = `build`.
     cli: Callable[[], argparse.ArgumentParser] | None = None
     cli_prefix: tuple[str, ...] = ()
+    # What the program runs on the parsed namespace before it starts (vllm-router's
+    # RouterArgs.from_cli_args reads the --prefill bootstrap ports); its exceptions fail the launch.
+    post: Callable[[argparse.Namespace], object] | None = None
     note: str = ""
 
 
@@ -121,6 +124,21 @@ def _router_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _vllm_router_parser() -> argparse.ArgumentParser:
+    """As vllm_router.launch_router.parse_router_args builds it (prog: the console script)."""
+    from vllm_router.router_args import RouterArgs
+
+    parser = argparse.ArgumentParser(prog="vllm-router")
+    RouterArgs.add_cli_args(parser, use_router_prefix=False)
+    return parser
+
+
+def _vllm_router_post(namespace: argparse.Namespace) -> object:
+    from vllm_router.router_args import RouterArgs
+
+    return RouterArgs.from_cli_args(namespace, use_router_prefix=False)
+
+
 TARGETS: dict[str, Target] = {
     "sglang-0.5.23": Target(engine="sglang", version="0.5.23", package="sglang", build=_sglang_parser),
     "vllm-0.33.0": _vllm_target("0.33.0"),
@@ -133,6 +151,13 @@ TARGETS: dict[str, Target] = {
     ),
     "sglang-router-0.3.2": Target(
         engine="sglang-router", version="0.3.2", package="sglang-router", build=_router_parser
+    ),
+    "vllm-router-0.1.17": Target(
+        engine="vllm-router",
+        version="0.1.17",
+        package="vllm-router",
+        build=_vllm_router_parser,
+        post=_vllm_router_post,
     ),
     "mooncake-0.3.13.post1": Target(
         engine="mooncake",
@@ -373,7 +398,9 @@ def parse_many(name: str, argvs: list[list[str]]) -> list[tuple[bool, str]]:
         err = io.StringIO()
         try:
             with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-                parser.parse_args([*target.cli_prefix, *argv])
+                namespace = parser.parse_args([*target.cli_prefix, *argv])
+                if target.post is not None:
+                    target.post(namespace)
         except SystemExit as exc:
             if exc.code == 0:  # --help / --version: printed and exited, nothing launched
                 results.append((False, "exited 0 (help/version)"))
