@@ -15,7 +15,9 @@ would report once the earlier ones are fixed, as far as that can be told.
 Not modelled (accepted as long as argparse itself would accept them): what an engine-specific
 ``type=`` (snapshot kind "other", e.g. vLLM's dataclass-validated JSON configs) or a custom
 Action class checks beyond the strings the snapshot recorded verdicts for, and the contents of
-vLLM's ``--config FILE``.  Parse-level only: the engines' post-parse validation is not run.
+vLLM's ``--config FILE``.  Parse-level only: the engines' post-parse validation is not run, except
+vllm-router's reading of ``--prefill URL [BOOTSTRAP_PORT]`` ports, which its launcher does
+before the router starts (``RouterArgs.from_cli_args``; a bad port fails the launch).
 
 Pure stdlib and free of launcher imports: the sandbox stand-in copies this one file into its
 image and imports it on its own, pointing ``FLEET_ENGINE_OPTIONS`` at a copy of the snapshots.
@@ -238,7 +240,12 @@ def _option(a: Mapping[str, Any]) -> Option:
 # ----------------------------------------------------------------------------- commands
 
 _PYTHON = re.compile(r"python(\d+(\.\d+)?)?$")
-_MODULES = {"sglang.launch_server": "sglang", "sglang_router.launch_router": "sglang-router"}
+_MODULES = {
+    "sglang.launch_server": "sglang",
+    "sglang_router.launch_router": "sglang-router",
+    "vllm_router.launch_router": "vllm-router",
+}
+_PROGRAMS = {"mooncake_master": "mooncake", "vllm-router": "vllm-router"}  # no subcommand
 _SCRIPTS = {
     ("sglang", "serve"): "sglang",
     ("vllm", "serve"): "vllm",
@@ -252,7 +259,8 @@ def split_command(argv: Sequence[str]) -> tuple[str, tuple[str, ...]]:
 
     Recognised (any directory prefix on the program): ``python[3[.N]] -m sglang.launch_server``,
     ``sglang serve``, ``vllm serve`` (also vllm-ascend's entrypoint), ``python -m
-    sglang_router.launch_router``, ``sglang-router launch``, ``smg launch``, ``mooncake_master``.
+    sglang_router.launch_router``, ``sglang-router launch``, ``smg launch``, ``vllm-router``,
+    ``python -m vllm_router.launch_router``, ``mooncake_master``.
     Raises UnknownCommand for anything else.
     """
     if not argv:
@@ -262,8 +270,8 @@ def split_command(argv: Sequence[str]) -> tuple[str, tuple[str, ...]]:
         engine = _MODULES.get(argv[2])
         if engine is not None:
             return engine, tuple(argv[3:])
-    elif program == "mooncake_master":
-        return "mooncake", tuple(argv[1:])
+    elif program in _PROGRAMS:
+        return _PROGRAMS[program], tuple(argv[1:])
     elif len(argv) >= 2 and (program, argv[1]) in _SCRIPTS:
         return _SCRIPTS[program, argv[1]], tuple(argv[2:])
     raise UnknownCommand(f"not an engine command: {' '.join(argv[:3])}")
@@ -284,7 +292,11 @@ def check_argv(engine: str, version: str, argv: Sequence[str]) -> tuple[str, ...
     problems: list[str] = []
     if snapshot.flexible:
         args, problems = _flexible(snapshot, args)
-    return tuple(problems) + _ArgparseRun(snapshot, args).run()
+    run = _ArgparseRun(snapshot, args)
+    problems += run.run()
+    if not problems and snapshot.engine == "vllm-router":
+        problems += _bootstrap_ports(run.taken.get("prefill", []))
+    return tuple(problems)
 
 
 class _ParseError(Exception):
@@ -389,6 +401,7 @@ class _ArgparseRun:
         self.problems: list[str] = []
         self.seen: set[int] = set()  # indices (in snapshot.options) of the actions taken
         self.extras: list[str] = []
+        self.taken: dict[str, list[list[str]]] = {}  # dest -> the values of each occurrence
         self._index = {option: i for i, option in enumerate(snapshot.options)}
 
     def run(self) -> tuple[str, ...]:
@@ -608,6 +621,7 @@ class _ArgparseRun:
                     if other != index and other in self.seen:
                         name = self.snap.options[other].name
                         raise _ParseError(f"argument {option.name}: not allowed with argument {name}")
+        self.taken.setdefault(option.dest, []).append(values)
 
     def _check_required(self) -> None:
         options = self.snap.options
@@ -618,6 +632,24 @@ class _ArgparseRun:
             if required and not any(i in self.seen for i in members):
                 names = " ".join(options[i].name for i in members)
                 self.problems.append(f"one of the arguments {names} is required")
+
+
+# ----------------------------------------------------------------------------- vllm-router
+
+
+def _bootstrap_ports(prefills: list[list[str]]) -> list[str]:
+    """vllm-router's RouterArgs._parse_prefill_urls: a prefill's second value is a bootstrap port
+    (Python ``int``) or ``none`` in any case; values after it are ignored.  The first bad one
+    raises before the router starts."""
+    for values in prefills:
+        if len(values) >= 2 and values[1].lower() != "none":
+            try:
+                int(values[1])
+            except ValueError:
+                return [
+                    f"ValueError: Invalid bootstrap port: {values[1]}. Must be a number or 'none'"
+                ]
+    return []
 
 
 # ----------------------------------------------------------------------------- vLLM
