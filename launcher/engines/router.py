@@ -8,9 +8,17 @@ sglang-router only drives vLLM workers over gRPC, which the catalog's ``vllm ser
 start.  In front of non-PD instances the same two routers run in regular mode (``--worker-urls``,
 the routers' default cache-aware policy).  The gateway is openresty with one generated server
 block (:func:`gateway_conf`).
+
+vllm-router facts are from the 0.1.17 package's own ``vllm_router/router_args.py`` (its argparse
+front end, snapshot ``options/vllm-router-0.1.17.json``): ``--host`` and ``--prometheus-host``
+default to 127.0.0.1, ``--port`` to 30000, ``--prometheus-port`` to 29000 (the metrics listener
+always starts); ``--prefill URL [BOOTSTRAP_PORT]`` and ``--decode URL`` repeat per instance;
+``--kv-connector`` (nixl | mooncake | moriio, default nixl) picks the PD request protocol.
 """
 
 from __future__ import annotations
+
+from launcher.model import TransferBackend
 
 SGLANG_ROUTER: tuple[str, ...] = ("python3", "-m", "sglang_router.launch_router")
 VLLM_ROUTER: tuple[str, ...] = ("vllm-router",)
@@ -36,13 +44,41 @@ def sglang_pd_argv(
     return tuple(out)
 
 
-def vllm_pd_argv(prefill: tuple[str, ...], decode: tuple[str, ...], port: int) -> tuple[str, ...]:
-    out: list[str] = [*VLLM_ROUTER, "--vllm-pd-disaggregation"]
-    for url in prefill:
-        out += ["--prefill", url]
+VLLM_ROUTER_METRICS_PORT = 29000  # vllm-router's --prometheus-port default
+
+
+def vllm_pd_argv(
+    prefill: tuple[str, ...],
+    decode: tuple[str, ...],
+    port: int,
+    metrics_port: int = VLLM_ROUTER_METRICS_PORT,
+    transfer_backend: TransferBackend = "nixl",
+    bootstrap_ports: tuple[int, ...] = (),
+) -> tuple[str, ...]:
+    """``prefill`` and ``decode`` = rank-0 URLs; ``transfer_backend`` = the router's
+    ``--kv-connector`` (its request protocol must match the workers' KV connector).
+
+    With mooncake the router asks each prefill's bootstrap server (``http://<prefill
+    host>:<port>/query``) for its engine ids at start-up and hands that address to decode; the
+    port is the ``--prefill`` entry's second value, 8998 when absent (vllm-router's Rust PD
+    router), so ``bootstrap_ports`` (each prefill's VLLM_MOONCAKE_BOOTSTRAP_PORT, in ``prefill``
+    order) is required then: two prefill instances on one host cannot both use 8998.  NIXL takes
+    the prefill's KV handle from its response and needs none.
+
+    The metrics listener is bound to all interfaces, as in :func:`vllm_argv`: left at its
+    default it listens on 127.0.0.1:29000, out of the scraper's reach.
+    """
+    if transfer_backend == "mooncake" and len(bootstrap_ports) != len(prefill):
+        raise ValueError("vllm-router with mooncake needs one bootstrap port per prefill")
+    out: list[str] = [*VLLM_ROUTER, "--vllm-pd-disaggregation", "--kv-connector", transfer_backend]
+    for i, url in enumerate(prefill):
+        out += ["--prefill", url, *(str(p) for p in bootstrap_ports[i : i + 1])]
     for url in decode:
         out += ["--decode", url]
-    out += ["--host", "0.0.0.0", "--port", str(port)]
+    out += [
+        "--host", "0.0.0.0", "--port", str(port),
+        "--prometheus-host", "0.0.0.0", "--prometheus-port", str(metrics_port),
+    ]  # fmt: skip
     return tuple(out)
 
 

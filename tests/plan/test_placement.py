@@ -120,8 +120,9 @@ def test_vllm_pd_nixl_env_and_proxy() -> None:
     kv = json.loads(flags.value(p0.argv, ("--kv-transfer-config",)) or "")
     assert kv == {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
     assert units["fleet-x-router-r0"].argv == (
-        "vllm-router", "--vllm-pd-disaggregation", "--prefill", "http://10.0.0.1:8000", "--prefill",
-        "http://10.0.0.1:8001", "--decode", "http://10.0.0.2:8000", "--host", "0.0.0.0", "--port", "8100",
+        "vllm-router", "--vllm-pd-disaggregation", "--kv-connector", "nixl", "--prefill", "http://10.0.0.1:8000",
+        "--prefill", "http://10.0.0.1:8001", "--decode", "http://10.0.0.2:8000", "--host", "0.0.0.0", "--port", "8100",
+        "--prometheus-host", "0.0.0.0", "--prometheus-port", "29000",
     )
 
 
