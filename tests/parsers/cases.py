@@ -12,6 +12,7 @@ V33 = ("vllm", "0.33.0")
 V30 = ("vllm", "0.30.0")
 ASCEND = ("vllm-ascend", "0.23.0")
 ROUTER = ("sglang-router", "0.3.2")
+VROUTER = ("vllm-router", "0.1.17")
 MOONCAKE = ("mooncake", "0.3.13.post1")
 TP = "argument --tp-size/--tensor-parallel-size"
 VTP = "argument --tensor-parallel-size/-tp"
@@ -129,6 +130,33 @@ CASES: tuple[Case, ...] = (
         " 'cache_aware', 'power_of_two', 'manual')",)),
     (ROUTER, ("--decode",), ("argument --decode: expected 1 argument",)),
     (ROUTER, ("--prefill",), ("argument --prefill: expected at least one argument",)),
+    # --- vllm-router 0.1.17
+    (VROUTER, ("--vllm-pd-disaggregation", "--kv-connector", "nixl", "--prefill", "http://a:8000",
+               "--prefill", "http://b:8000", "--decode", "http://c:8000", "--host", "0.0.0.0",
+               "--port", "8100", "--prometheus-host", "0.0.0.0", "--prometheus-port", "29000"), ()),
+    (VROUTER, ("--vllm-pd-disaggregation", "--kv-connector", "mooncake", "--prefill",
+               "http://a:8000", "8998", "--prefill", "http://a:8001", "NONE", "--decode",
+               "http://c:8000"), ()),
+    (VROUTER, ("--worker-urls", "http://a:8000", "http://b:8000", "--prometheus-host", "0.0.0.0",
+               "--prometheus-port", "29000"), ()),
+    (VROUTER, ("--prefill", "http://a:8000", "8998", "ignored"), ()),  # values after the port
+    (VROUTER, ("--pd-disaggregation", "--prefill", "http://a:8000"), (
+        "unrecognized arguments: --pd-disaggregation",)),  # sglang-router's flag
+    (VROUTER, ("--prefill", "http://a:8000", "bootstrap"), (
+        "ValueError: Invalid bootstrap port: bootstrap. Must be a number or 'none'",)),
+    (VROUTER, ("--decode", "http://c:8000", "8998"), ("unrecognized arguments: 8998",)),
+    (VROUTER, ("--kv-connector", "lmcache"), (
+        "argument --kv-connector: invalid choice: 'lmcache' (choose from 'nixl', 'mooncake',"
+        " 'moriio')",)),
+    (VROUTER, ("--prometheus", "9000"), (
+        "ambiguous option: --prometheus could match --prometheus-port, --prometheus-host",)),
+    (VROUTER, ("--policy", "sticky"), (
+        "argument --policy: invalid choice: 'sticky' (choose from 'random', 'round_robin',"
+        " 'cache_aware', 'kv_aware', 'power_of_two', 'consistent_hash', 'sticky_least_loaded')",)),
+    (VROUTER, ("--decode",), ("argument --decode: expected 1 argument",)),
+    (VROUTER, ("--prefill",), ("argument --prefill: expected at least one argument",)),
+    (VROUTER, ("--prometheus-port", "metrics"), (
+        "argument --prometheus-port: invalid int value: 'metrics'",)),
     # --- mooncake_master (gflags)
     (MOONCAKE, ("--rpc_port=50051", "--metrics_port", "9003",
                 "--enable_http_metadata_server=true", "--http_metadata_server_port=8080",

@@ -39,6 +39,7 @@ def test_versions_and_normalised_lookup() -> None:
     assert known_versions("vllm") == ("0.30.0", "0.33.0")
     assert known_versions("vllm-ascend") == ("0.23.0",)
     assert known_versions("sglang") == ("0.5.23",)
+    assert known_versions("vllm-router") == ("0.1.17",)  # and not a "vllm" version above
     assert load_snapshot("vllm-ascend", "v0.23").version == "0.23.0"
     assert load_snapshot("vllm", "0.33").version == "0.33.0"
 
@@ -62,6 +63,10 @@ def test_unknown_version_names_the_known_ones() -> None:
         (("python", "-m", "sglang_router.launch_router", "--port", "8000"), "sglang-router",
          ("--port", "8000")),
         (("smg", "launch", "--port", "8000"), "sglang-router", ("--port", "8000")),
+        (("vllm-router", "--port", "8000"), "vllm-router", ("--port", "8000")),
+        (("/usr/local/bin/vllm-router",), "vllm-router", ()),
+        (("python3", "-m", "vllm_router.launch_router", "--port", "8000"), "vllm-router",
+         ("--port", "8000")),
         (("mooncake_master", "--rpc_port=50051"), "mooncake", ("--rpc_port=50051",)),
     ],
 )
@@ -76,6 +81,7 @@ def test_split_command(command: tuple[str, ...], engine: str, args: tuple[str, .
         (("python3", "-m", "vllm.entrypoints.openai.api_server"),
          "not an engine command: python3 -m vllm.entrypoints.openai.api_server"),
         (("vllm", "bench", "serve"), "not an engine command: vllm bench serve"),
+        (("python3", "-m", "vllm_router"), "not an engine command: python3 -m vllm_router"),
         (("python3", "sglang.launch_server"), "not an engine command: python3 sglang.launch_server"),
     ],
 )
@@ -88,6 +94,17 @@ def test_split_command_rejects(command: tuple[str, ...], message: str) -> None:
 def test_help_is_not_a_launch() -> None:
     assert check_argv("sglang", "0.5.23", (*M, "-h")) == (
         "argument -h/--help: prints and exits; the engine would not start",
+    )
+
+
+def test_vllm_router_bootstrap_port_is_read_after_a_clean_parse() -> None:
+    """The launcher reads bootstrap ports only once argparse accepted the argv, first bad one."""
+    assert check_argv("vllm-router", "0.1.17", ("--prefill", "u", "x", "--bogus")) == (
+        "unrecognized arguments: --bogus",
+    )
+    assert check_argv("vllm-router", "0.1.17", ("--prefill", "u", "8998", "--prefill", "v", "y",
+                                                "--prefill", "w", "z")) == (
+        "ValueError: Invalid bootstrap port: y. Must be a number or 'none'",
     )
 
 
