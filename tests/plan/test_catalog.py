@@ -22,7 +22,6 @@ ROOT = Path(__file__).resolve().parents[2]
 CATALOG_SIZE = 54
 # Programs without a parser snapshot, and why that is acceptable.
 UNCHECKED = {
-    "vllm-router": "vLLM PD proxy (vllm-project/router): a Rust binary with no snapshot",
     "openresty": "the gateway: nginx flags, not an engine",
     "ray": "Ray node of the vLLM Ray executor",
 }

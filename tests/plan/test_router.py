@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from launcher.config.playbook import load_playbook
-from launcher.engines.argcheck import check_argv, split_command
+from launcher.engines.argcheck import check_argv, known_versions, split_command
 from launcher.errors import PlanError
 from launcher.model import Gateway, Parallelism, Playbook, Recipe, Role, Source, Unit
 from launcher.plan import plan
@@ -89,6 +89,13 @@ def test_vllm_replicas_behind_vllm_router() -> None:
     )
 
 
+def test_planned_vllm_router_argv_passes_the_router_parser() -> None:
+    r16 = fleet(1, gpu_count=16)
+    p = plan(f.inventory(*r16, ctl()), f.catalog(f.recipe(**VLLM)), routed({"single": "h1", "router": "ctl"}, {"single": 2}))
+    engine, args = split_command(router_of(p.units).argv)
+    assert (engine, check_argv(engine, "0.1.17", args)) == ("vllm-router", ())
+
+
 def test_vllm_ray_instance_router_wants_the_serve_unit() -> None:
     r = f.multinode(**VLLM)
     ov = f.overrides(engine_args=("--distributed-executor-backend", "ray"))
@@ -154,14 +161,14 @@ def test_planned_sglang_router_argv_passes_the_router_parser() -> None:
 
 @pytest.mark.parametrize("path", playbook_paths(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_playbook_router_argv_passes_the_router_parser(path: Path) -> None:
-    """PD and regular routers alike; vllm-router has no snapshot (tests/plan/test_catalog.py UNCHECKED)."""
+    """PD and regular routers alike, sglang-router and vllm-router, at their newest snapshot."""
     catalog, example = inputs()
     inventory = sandbox_inventory() if path.parent.name in ("sandbox", "bench") else example
     p = plan(inventory, catalog, load_playbook(path, catalog, inventory))
     for u in p.units:
-        if u.role == "router" and u.argv[0] != "vllm-router":
+        if u.role == "router":
             engine, args = split_command(u.argv)
-            assert check_argv(engine, "0.3.2", args) == (), u.name
+            assert check_argv(engine, known_versions(engine)[-1], args) == (), u.name
 
 
 def test_the_example_playbooks_place_a_regular_router() -> None:
