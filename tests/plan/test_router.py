@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from launcher.config.playbook import load_playbook
+from launcher.engines import router
 from launcher.engines.argcheck import check_argv, known_versions, split_command
 from launcher.errors import PlanError
 from launcher.model import Gateway, Parallelism, Playbook, Recipe, Role, Source, Unit
@@ -94,6 +95,23 @@ def test_planned_vllm_router_argv_passes_the_router_parser() -> None:
     p = plan(f.inventory(*r16, ctl()), f.catalog(f.recipe(**VLLM)), routed({"single": "h1", "router": "ctl"}, {"single": 2}))
     engine, args = split_command(router_of(p.units).argv)
     assert (engine, check_argv(engine, "0.1.17", args)) == ("vllm-router", ())
+
+
+def test_vllm_pd_router_with_mooncake_names_each_bootstrap_port() -> None:
+    """vllm-router queries http://<prefill host>:<port>/query, port 8998 unless --prefill gives one."""
+    argv = router.vllm_pd_argv(
+        ("http://10.0.0.1:8000", "http://10.0.0.1:8001"), ("http://10.0.0.2:8000",), 8100, 29100, "mooncake", (8998, 8999)
+    )
+    assert argv == (
+        "vllm-router", "--vllm-pd-disaggregation", "--kv-connector", "mooncake",
+        "--prefill", "http://10.0.0.1:8000", "8998", "--prefill", "http://10.0.0.1:8001", "8999",
+        "--decode", "http://10.0.0.2:8000", "--host", "0.0.0.0", "--port", "8100",
+        "--prometheus-host", "0.0.0.0", "--prometheus-port", "29100",
+    )  # fmt: skip
+    assert check_argv("vllm-router", "0.1.17", argv[1:]) == ()
+    with pytest.raises(ValueError) as err:
+        router.vllm_pd_argv(("http://10.0.0.1:8000",), ("http://10.0.0.2:8000",), 8100, 29100, "mooncake")
+    assert str(err.value) == "vllm-router with mooncake needs one bootstrap port per prefill"
 
 
 def test_vllm_ray_instance_router_wants_the_serve_unit() -> None:
