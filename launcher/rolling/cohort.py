@@ -38,6 +38,7 @@ from launcher.deploy.health import Verdict, gate
 from launcher.deploy.manifest import Manifest
 from launcher.deploy.orchestrate import Connect, Options, Session, Target, survey_host
 from launcher.deploy.remote import check
+from launcher.deploy.steps import MISSING
 from launcher.deploy.secrets import resolve
 from launcher.errors import FleetError, UsageError
 from launcher.execute.transport import Transport
@@ -113,7 +114,13 @@ def switch(
     action: Action,
     secret_flags: Sequence[str],
 ) -> RollReport:
-    """``fleet restart`` / ``fleet rollback`` of a PD deployment (see the module docstring)."""
+    """``fleet restart`` / ``fleet rollback`` of a PD deployment (see the module docstring).
+
+    Ctrl-C leaves one cohort serving behind the front routers and nothing else of the
+    deployment running, then re-raises: before the new cohort's router is registered, the new
+    cohort is removed; from then on the switch is finished (old router deregistered, old cohort
+    drained and retired).  A second Ctrl-C abandons that; the same command run again finishes a
+    switch whose new cohort is registered already (it resumes at step 3)."""
     rp = plan_roll([d.unit for d in target.units], role=options.role, limit=options.limit, surge=surge)
     if not fronts:
         raise UsageError(
@@ -124,38 +131,118 @@ def switch(
     new = cohort_target(new_playbook, inventory, secret_flags)
     old_url, new_url = router_url(target), router_url(new)
     serving = [f for f in fronts if f.find(old_url) is not None]
+    moved = [f for f in fronts if f.find(new_url) is not None]
+    notes = list(rp.notes)
+    secrets = tuple(target.secrets.values())
+    done = "restarted" if action == "restart" else "rolled-back"
+    if moved:
+        _require_running(new, connect, options, moved[0], new_url, old_url, exact=action == "restart", both=bool(serving))
+        notes.append(f"cohort router {new_url} was registered in the front router already (an interrupted switch): "
+                     f"finishing the switch")  # fmt: skip
+        return _move(target, new, serving, connect, options, progress, rp.batches, notes, action)
     if not serving:
         raise UsageError(
             f"router {fronts[0].base}: the cohort router {old_url} of deployment {target.deployment} is not "
             f"registered there; PD rolling moves traffic between cohort routers behind it"
         )
-    notes = list(rp.notes)
     errors: list[str] = []
-    secrets = tuple(target.secrets.values())
-    reports: list[GroupReport] = []
+    hosts = ", ".join(sorted({d.host for d in new.units}))
 
     # 1. the other cohort: new generation (restart) or the one kept in prev/ (rollback)
-    if action == "restart":
-        up = orchestrate.up(new, connect, Options(forks=options.forks, timeout_s=options.timeout_s,
-                                                  break_lock=options.break_lock), progress)  # fmt: skip
-        if up.errors:
-            errors += [f"new cohort on {', '.join(sorted({d.host for d in new.units}))}: {e}" for e in up.errors]
-            # It never served: prev/ keeps the generation these hosts had (a rollback's target).
-            orchestrate.down(new, connect, Options(forks=options.forks, break_lock=True), progress, keep_prev=False)
-            errors.append("rollout halted: the new cohort was removed; the serving cohort was never touched")
-            return _report(target, new, rp.batches, "unchanged", "failed", notes, errors, action)
-    else:
-        err = _revive(new, connect, options, progress)
-        if err is not None:
-            errors.append(mask(f"previous cohort on {', '.join(sorted({d.host for d in new.units}))}: {err}", secrets))
-            orchestrate.down(new, connect, Options(forks=options.forks, break_lock=True), progress)
-            errors.append("rollback halted: the serving cohort was never touched")
-            return _report(target, new, rp.batches, "unchanged", "failed", notes, errors, action)
+    try:
+        if action == "restart":
+            up = orchestrate.up(new, connect, Options(forks=options.forks, timeout_s=options.timeout_s,
+                                                      break_lock=options.break_lock), progress)  # fmt: skip
+            if up.errors:
+                errors += [f"new cohort on {hosts}: {e}" for e in up.errors]
+                _remove(new, connect, options, progress, action)
+                errors.append("rollout halted: the new cohort was removed; the serving cohort was never touched")
+                return _report(target, new, rp.batches, "unchanged", "failed", notes, errors, action)
+        else:
+            err = _revive(new, connect, options, progress)
+            if err is not None:
+                errors.append(mask(f"previous cohort on {hosts}: {err}", secrets))
+                _remove(new, connect, options, progress, action)
+                errors.append("rollback halted: the serving cohort was never touched")
+                return _report(target, new, rp.batches, "unchanged", "failed", notes, errors, action)
+    except KeyboardInterrupt:
+        # Its steps that came up are still running (start_step tears down only the step it was in).
+        progress.note(f"interrupted: removing the cohort on {hosts} (it never served); the serving cohort was never "
+                      f"touched")  # fmt: skip
+        _remove(new, connect, options, progress, action)
+        raise
 
+    # 2.-4.
+    try:
+        return _move(target, new, serving, connect, options, progress, rp.batches, notes, action)
+    except KeyboardInterrupt:
+        progress.note(f"interrupted after traffic began moving to the cohort on {hosts}: finishing the switch first "
+                      f"(Ctrl-C again stops now; the same command run again then finishes it)")  # fmt: skip
+        report = _move(target, new, serving, connect, options, progress, rp.batches, notes, action)
+        for e in report.errors:
+            progress.note(f"error: {e}")
+        if not report.errors:
+            progress.note(f"the switch finished: the cohort on {hosts} serves ({done})")
+        raise
+
+
+def _remove(new: Target, connect: Connect, options: RollOptions, progress: Progress, action: Action) -> None:
+    """Removes a cohort that never served: a new generation goes, ``prev/`` untouched (what the
+    surge hosts kept stays a rollback's target); a revived one goes back into ``prev/``."""
+    orchestrate.down(new, connect, Options(forks=options.forks, break_lock=True), progress,
+                     keep_prev=action != "restart")  # fmt: skip
+
+
+def _require_running(new: Target, connect: Connect, options: RollOptions, front: RouterClient, new_url: str,
+                     old_url: str, *, exact: bool, both: bool) -> None:  # fmt: skip
+    """Resuming is only for a new cohort that is whole: every unit deployed and running (and
+    ``exact``: at this playbook's render); anything else is refused, nothing touched."""
+    with Session(new.hosts, connect, options.forks) as session:
+        session.require_all()
+        surveys = orchestrate.survey_all(new, session, sorted({h.name for h in new.hosts}))
+    if exact:
+        whole = all(g.action == "unchanged" for g in orchestrate.decide(new.units, surveys, new.secrets).groups)
+    else:
+        whole = all(
+            surveys[d.host].manifests.get(d.name) is not None and surveys[d.host].live.get(d.name, MISSING).state == "running"
+            for d in new.units
+        )  # fmt: skip
+    if whole:
+        return
+    where = ", ".join(sorted({d.host for d in new.units}))
+    what = "this playbook's generation" if exact else "a generation"
+    if both:
+        raise UsageError(
+            f"router {front.base}: the cohort router {new_url} is registered there beside {old_url}, but the cohort "
+            f"on {where} does not run {what} whole; deregister {new_url} from the router, then run this again"
+        )
+    raise UsageError(
+        f"router {front.base}: the cohort on {where} serves deployment {new.deployment} already ({new_url}; "
+        f"{old_url} is not registered): set the playbook's placement to those hosts and give the others as --surge"
+    )
+
+
+def _move(
+    target: Target,
+    new: Target,
+    serving: Sequence[RouterClient],
+    connect: Connect,
+    options: RollOptions,
+    progress: Progress,
+    batches: tuple[tuple[str, ...], ...],
+    notes: list[str],
+    action: Action,
+) -> RollReport:
+    """Steps 2-4; idempotent (run again after Ctrl-C): registers the new cohort's router where
+    ``serving`` still lacks it, deregisters the old one where present, retires what is left of
+    the old cohort."""
+    old_url, new_url = router_url(target), router_url(new)
+    errors: list[str] = []
     # 2. traffic to the new cohort; 3. away from the old one
     try:
         for f in serving:
-            f.add(new_url)
+            if f.find(new_url) is None:
+                f.add(new_url)
             f.wait(new_url, present=True, timeout_s=options.register_timeout_s)
             progress.note(f"front {f.base}: cohort router {new_url} registered")
     except RouterError as err:
@@ -165,22 +252,20 @@ def switch(
                 f.remove(new_url)
             except RouterError:
                 pass
-        # A new generation goes (prev/ untouched); a revived one goes back into prev/.
-        orchestrate.down(new, connect, Options(forks=options.forks, break_lock=True), progress,
-                         keep_prev=action != "restart")  # fmt: skip
+        _remove(new, connect, options, progress, action)
         errors.append("rollout halted: the new cohort was removed; the serving cohort was never touched")
-        return _report(target, new, rp.batches, "unchanged", "failed", notes, errors, action)
+        return _report(target, new, batches, "unchanged", "failed", list(notes), errors, action)
     for f in serving:
         f.remove(old_url)
         f.wait(old_url, present=False, timeout_s=options.register_timeout_s)
         progress.note(f"front {f.base}: cohort router {old_url} deregistered")
 
     # 4. drain and retire the old cohort
-    left = _retire(target, connect, options, progress, notes)
-    if left:
-        errors += [mask(e, secrets) for e in left]
-    return _report(target, new, rp.batches, "retired", "restarted" if action == "restart" else "rolled-back",
-                   notes, errors, action)  # fmt: skip
+    secrets = tuple(target.secrets.values())
+    left_notes = list(notes)
+    errors += [mask(e, secrets) for e in _retire(target, connect, options, progress, left_notes)]
+    return _report(target, new, batches, "retired", "restarted" if action == "restart" else "rolled-back",
+                   left_notes, errors, action)  # fmt: skip
 
 
 def _revive(new: Target, connect: Connect, options: RollOptions, progress: Progress) -> FleetError | None:
@@ -236,13 +321,22 @@ def _retire(target: Target, connect: Connect, options: RollOptions, progress: Pr
         session.require_all()
         orchestrate.take_locks(session, hosts, target.deployment, owner, options.break_lock)
         try:
+            found = session.run(hosts, lambda h, t: survey_host(t, h, target.deployment, target.units))
+            manifests: list[Manifest] = []
+            for h, s in found.items():
+                if isinstance(s, FleetError):
+                    errors.append(str(s))
+                elif isinstance(s, orchestrate.Survey):
+                    manifests += list(s.manifests.values())
+            # Only what is still deployed drains (a resumed switch may find some of it retired).
+            left = {(m.host, m.unit) for m in manifests}
             probes: dict[str, Callable[[], int | None]] = {}
             for d in target.units:
-                if d.unit.health is not None and d.unit.role in ("prefill", "decode"):
+                if d.unit.health is not None and d.unit.role in ("prefill", "decode") and (d.host, d.name) in left:
                     url = d.unit.health.url.rsplit("/", 1)[0]
                     http = HostHttp(session.transports[d.host])
                     probes[d.name] = lambda http=http, url=url: inflight(http, url)  # type: ignore[misc]
-            drained = drain(probes, options.drain_timeout_s)
+            drained = drain(probes, options.drain_timeout_s) if probes else {}
             if any(v.how == "no-counter" for v in drained.values()):
                 notes.append(
                     "the old cohort's engines have no in-flight counter (/get_load, /metrics): requests in flight "
@@ -251,13 +345,6 @@ def _retire(target: Target, connect: Connect, options: RollOptions, progress: Pr
             late = {k: v.left for k, v in drained.items() if v.how == "timeout"}
             if late:
                 notes.append(f"drain timeout: still in flight at retire: {late}")
-            found = session.run(hosts, lambda h, t: survey_host(t, h, target.deployment, target.units))
-            manifests: list[Manifest] = []
-            for h, s in found.items():
-                if isinstance(s, FleetError):
-                    errors.append(str(s))
-                elif isinstance(s, orchestrate.Survey):
-                    manifests += list(s.manifests.values())
             # A rank whose peer stopped first would die and be restarted by docker (restart
             # policy) into a rendezvous that may not honor SIGTERM: no restarts while retiring.
             docker_units: dict[str, list[str]] = {}
