@@ -139,7 +139,7 @@ def switch(
         _require_running(new, connect, options, moved[0], new_url, old_url, exact=action == "restart", both=bool(serving))
         notes.append(f"cohort router {new_url} was registered in the front router already (an interrupted switch): "
                      f"finishing the switch")  # fmt: skip
-        return _move(target, new, serving, connect, options, progress, rp.batches, notes, action)
+        return _move(target, new, fronts, connect, options, progress, rp.batches, notes, action)
     if not serving:
         raise UsageError(
             f"router {fronts[0].base}: the cohort router {old_url} of deployment {target.deployment} is not "
@@ -155,42 +155,52 @@ def switch(
                                                       break_lock=options.break_lock), progress)  # fmt: skip
             if up.errors:
                 errors += [f"new cohort on {hosts}: {e}" for e in up.errors]
-                _remove(new, connect, options, progress, action)
+                errors += _remove(new, connect, options, progress, action)
                 errors.append("rollout halted: the new cohort was removed; the serving cohort was never touched")
                 return _report(target, new, rp.batches, "unchanged", "failed", notes, errors, action)
         else:
             err = _revive(new, connect, options, progress)
             if err is not None:
                 errors.append(mask(f"previous cohort on {hosts}: {err}", secrets))
-                _remove(new, connect, options, progress, action)
+                errors += _remove(new, connect, options, progress, action)
                 errors.append("rollback halted: the serving cohort was never touched")
                 return _report(target, new, rp.batches, "unchanged", "failed", notes, errors, action)
     except KeyboardInterrupt:
         # Its steps that came up are still running (start_step tears down only the step it was in).
         progress.note(f"interrupted: removing the cohort on {hosts} (it never served); the serving cohort was never "
                       f"touched")  # fmt: skip
-        _remove(new, connect, options, progress, action)
+        _settle(f"removing the cohort on {hosts}", lambda: _remove(new, connect, options, progress, action))
         raise
 
     # 2.-4.
     try:
-        return _move(target, new, serving, connect, options, progress, rp.batches, notes, action)
+        return _move(target, new, fronts, connect, options, progress, rp.batches, notes, action)
     except KeyboardInterrupt:
         progress.note(f"interrupted after traffic began moving to the cohort on {hosts}: finishing the switch first "
                       f"(Ctrl-C again stops now; the same command run again then finishes it)")  # fmt: skip
-        report = _move(target, new, serving, connect, options, progress, rp.batches, notes, action)
-        for e in report.errors:
-            progress.note(f"error: {e}")
-        if not report.errors:
-            progress.note(f"the switch finished: the cohort on {hosts} serves ({done})")
+        _settle("finishing the switch",
+                lambda: _move(target, new, fronts, connect, options, progress, rp.batches, notes, action).errors)  # fmt: skip
+        progress.note(f"the switch finished: the cohort on {hosts} serves ({done})")
         raise
 
 
-def _remove(new: Target, connect: Connect, options: RollOptions, progress: Progress, action: Action) -> None:
+def _settle(what: str, clean_up: Callable[[], Sequence[str]]) -> None:
+    """Runs ``clean_up`` after Ctrl-C; if it fails the deployment is not settled, which is then
+    the error to report (one line, exit 1) instead of the interrupt."""
+    try:
+        errors = list(clean_up())
+    except FleetError as err:
+        errors = [str(err)]
+    if errors:
+        raise FleetError(f"interrupted; {what} failed: {errors[0]}; run the same command again to finish")
+
+
+def _remove(new: Target, connect: Connect, options: RollOptions, progress: Progress, action: Action) -> tuple[str, ...]:
     """Removes a cohort that never served: a new generation goes, ``prev/`` untouched (what the
-    surge hosts kept stays a rollback's target); a revived one goes back into ``prev/``."""
-    orchestrate.down(new, connect, Options(forks=options.forks, break_lock=True), progress,
-                     keep_prev=action != "restart")  # fmt: skip
+    surge hosts kept stays a rollback's target); a revived one goes back into ``prev/``.  The
+    errors of units that could not be removed."""
+    return orchestrate.down(new, connect, Options(forks=options.forks, break_lock=True), progress,
+                            keep_prev=action != "restart").errors  # fmt: skip
 
 
 def _require_running(new: Target, connect: Connect, options: RollOptions, front: RouterClient, new_url: str,
@@ -225,7 +235,7 @@ def _require_running(new: Target, connect: Connect, options: RollOptions, front:
 def _move(
     target: Target,
     new: Target,
-    serving: Sequence[RouterClient],
+    fronts: Sequence[RouterClient],
     connect: Connect,
     options: RollOptions,
     progress: Progress,
@@ -233,10 +243,12 @@ def _move(
     notes: list[str],
     action: Action,
 ) -> RollReport:
-    """Steps 2-4; idempotent (run again after Ctrl-C): registers the new cohort's router where
-    ``serving`` still lacks it, deregisters the old one where present, retires what is left of
-    the old cohort."""
+    """Steps 2-4; idempotent (run again after Ctrl-C, or to resume): in the fronts that still
+    hold the old cohort's router, registers the new one where missing and then deregisters the
+    old one; retires what is left of the old cohort.  Backing out (the new router never became
+    healthy) touches only fronts the old router still serves, so it never empties one."""
     old_url, new_url = router_url(target), router_url(new)
+    serving = [f for f in fronts if f.find(old_url) is not None]
     errors: list[str] = []
     # 2. traffic to the new cohort; 3. away from the old one
     try:
@@ -252,7 +264,7 @@ def _move(
                 f.remove(new_url)
             except RouterError:
                 pass
-        _remove(new, connect, options, progress, action)
+        errors += _remove(new, connect, options, progress, action)
         errors.append("rollout halted: the new cohort was removed; the serving cohort was never touched")
         return _report(target, new, batches, "unchanged", "failed", list(notes), errors, action)
     for f in serving:
