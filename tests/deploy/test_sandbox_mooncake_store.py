@@ -6,12 +6,16 @@ sglang-router.
 - ``up``: the master first, then every engine rank -- each one a store client that mounts its
   segment at the master before it is healthy (the stand-in honours SGLang's start contract) --
   then the router; the master's record shows all six ranks, each from its own data IP with the
-  planned MOONCAKE_* values; a chat completion goes router -> prefill -> decode; ``status`` shows
-  every unit running; ``down`` leaves no container.
+  planned MOONCAKE_* values; a chat completion goes router -> prefill -> decode; a second ``up``
+  changes nothing; ``status`` shows every unit running; ``down`` leaves no container.
 - The master's RPC port filtered on h15 (its /metrics still answers, so fleet sees it healthy):
-  the ranks cannot mount, exit with SGLang's one line, and ``up`` fails with one line naming the
-  unit; no engine or router container is left, the master (a whole, healthy group of an earlier
-  step) stays until ``down``.
+  fleet's preflight refuses it, naming every engine rank, and starts nothing; past preflight
+  (``--skip-preflight``) the ranks cannot mount, exit with SGLang's one line, and ``up`` fails with
+  one line per engine group naming a unit on its host; no engine or router container is left, the
+  master (a whole, healthy group of an earlier step) stays until ``down``.
+
+Run: ``FLEET_SANDBOX_NAME=<unique> python -m pytest -q tests/deploy/test_sandbox_mooncake_store.py``
+(root; about 40 s with the sandbox's own bring-up and teardown).
 """
 
 from __future__ import annotations
@@ -92,6 +96,10 @@ def test_store_clients_mount_then_serve(sb: Sandbox) -> None:
         origin = answer["fleet_standin"]
         assert answer["choices"][0]["message"]["content"] and answer["usage"]["completion_tokens"] == 3, answer
         assert origin["decode_host"] == "h13" and origin["prefill_host"] in ("h9", "h11"), origin
+
+        again = up_json(sb, PLAYBOOK)
+        assert {(u["unit"], u["outcome"]) for u in again["units"]} == {(u, "unchanged") for _, u in units(DEPLOYMENT)}
+        assert store_clients(sb)[0] == len(RANKS), "a second up restarts nothing: the clients stay mounted"
 
         rows = status(sb, PLAYBOOK)
         assert sorted((r["host"], r["unit"], r["state"], r["drift"]) for r in rows) == sorted(
