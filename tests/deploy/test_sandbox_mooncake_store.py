@@ -3,16 +3,17 @@ real CLI: playbooks/sandbox/pd-mooncakestore.yaml -- GLM 2P1D, TP8 PP2 per role 
 Mooncake transfer, HiCache offload to a Mooncake store whose master runs on h15 beside the real
 sglang-router.
 
-- ``up``: the master first, then every engine rank -- each one a store client that mounts its
-  segment at the master before it is healthy (the stand-in honours SGLang's start contract) --
-  then the router; the master's record shows all six ranks, each from its own data IP with the
-  planned MOONCAKE_* values; a chat completion goes router -> prefill -> decode; a second ``up``
-  changes nothing; ``status`` shows every unit running; ``down`` leaves no container.
+- ``up``: the master first, then the engine ranks, then the router.  Every rank SGLang makes a
+  store client mounts its segment at the master before it is healthy (the stand-in honours
+  SGLang's start contract): the four prefill ranks, each from its own data IP with the planned
+  MOONCAKE_* values -- not the decode ranks, whose cache SGLang forces to a chunk cache.  A chat
+  completion goes router -> prefill -> decode; a second ``up`` changes nothing; ``status`` shows
+  every unit running; ``down`` leaves no container.
 - The master's RPC port filtered on h15 (its /metrics still answers, so fleet sees it healthy):
   fleet's preflight refuses it, naming every engine rank, and starts nothing; past preflight
-  (``--skip-preflight``) the ranks cannot mount, exit with SGLang's one line, and ``up`` fails with
-  one line per engine group naming a unit on its host; no engine or router container is left, the
-  master (a whole, healthy group of an earlier step) stays until ``down``.
+  (``--skip-preflight``) the prefill ranks cannot mount, exit with SGLang's one line, and ``up``
+  fails with one line per prefill group naming a unit on its host; no prefill rank and no router
+  is left; whole, healthy groups stay until ``down`` (the master, and the decode of the same step).
 
 Run: ``FLEET_SANDBOX_NAME=<unique> python -m pytest -q tests/deploy/test_sandbox_mooncake_store.py``
 (root; about 40 s with the sandbox's own bring-up and teardown).
@@ -41,6 +42,10 @@ DEPLOYMENT = "sb-pd-mc"
 HOSTS = ("h9", "h10", "h11", "h12", "h13", "h14", "h15")
 RANKS = (("h13", "decode0", 0), ("h14", "decode0", 1), ("h9", "prefill0", 0), ("h10", "prefill0", 1),
          ("h11", "prefill1", 0), ("h12", "prefill1", 1))  # fmt: skip
+# The store clients: SGLang forces a PD decode's cache to a chunk cache, so HiCache -- and with it
+# the store client -- exists on the prefill ranks only (the recipe enables neither the decode's
+# radix cache nor its KV offload).
+CLIENTS = tuple(r for r in RANKS if r[1].startswith("prefill"))
 MASTER_RPC, MASTER_METRICS, ROUTER = 50051, 9003, 8000
 NFT_TABLE = "fleetmctest"  # a table of this test's own: faults.clear and other tests never touch it
 
@@ -86,10 +91,10 @@ def test_store_clients_mount_then_serve(sb: Sandbox) -> None:
         ], up
 
         count, rows = store_clients(sb)
-        assert count == len(RANKS), rows
+        assert count == len(CLIENTS), rows
         assert sorted((r["host"], r["role"], r["rank"], r["client"], r["peer"], r["segment"]) for r in rows) == sorted(
-            (h, g.rstrip("0123456789"), str(r), sb.host(h).data_ip, sb.host(h).data_ip, "800gb") for h, g, r in RANKS
-        ), "every engine rank mounted its segment at the master, from its own data IP"
+            (h, g.rstrip("0123456789"), str(r), sb.host(h).data_ip, sb.host(h).data_ip, "800gb") for h, g, r in CLIENTS
+        ), "every prefill rank mounted its segment at the master, from its own data IP; no decode rank did"
 
         body = {"model": "glm-5.3-flash", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 3}
         answer = post(f"http://{sb.host('h15').data_ip}:{ROUTER}/v1/chat/completions", body)
@@ -99,7 +104,7 @@ def test_store_clients_mount_then_serve(sb: Sandbox) -> None:
 
         again = up_json(sb, PLAYBOOK)
         assert {(u["unit"], u["outcome"]) for u in again["units"]} == {(u, "unchanged") for _, u in units(DEPLOYMENT)}
-        assert store_clients(sb)[0] == len(RANKS), "a second up restarts nothing: the clients stay mounted"
+        assert store_clients(sb)[0] == len(CLIENTS), "a second up restarts nothing: the clients stay mounted"
 
         rows = status(sb, PLAYBOOK)
         assert sorted((r["host"], r["unit"], r["state"], r["drift"]) for r in rows) == sorted(
@@ -153,9 +158,10 @@ def test_preflight_refuses_a_filtered_master_port(sb: Sandbox, tmp_path: Path) -
 
 
 def test_ranks_that_cannot_mount_fail_up_with_one_line_each(sb: Sandbox, tmp_path: Path) -> None:
-    """Past the gate (skipped here; a firewall may also change after it): every engine group fails
-    on its ranks' SGLang line, one error line per group naming its host and unit; no engine rank
-    and no router is left, the master -- an earlier step's whole, healthy group -- stays until down."""
+    """Past the gate (skipped here; a firewall may also change after it): every prefill group fails
+    on its ranks' SGLang line, one error line per group naming its host and unit; no prefill rank
+    and no router (a later step) is left; whole healthy groups -- the master, the decode -- stay
+    until down."""
     deployment = "sb-pd-mc-blocked"
     pb = blocked_playbook(tmp_path, deployment)
     try:
@@ -164,18 +170,21 @@ def test_ranks_that_cannot_mount_fail_up_with_one_line_each(sb: Sandbox, tmp_pat
             assert proc.returncode == ExitCode.PARTIAL, proc.stderr
             errors = [line for line in proc.stderr.splitlines() if line.startswith("fleet: error: ")]
             named = [re.match(rf"fleet: error: (h\d+): .*? (fleet-{deployment}-(\w+?)-r\d) ", line) for line in errors]
-            assert all(named) and len(errors) == 3, proc.stderr
+            assert all(named) and len(errors) == 2, proc.stderr
             hits = [m.groups() for m in named if m]
             assert all((h, u) in units(deployment) for h, u, _ in hits), "each line names a unit on its own host"
-            assert sorted(g for _, _, g in hits) == ["decode0", "prefill0", "prefill1"], "one line per failed group"
+            assert sorted(g for _, _, g in hits) == ["prefill0", "prefill1"], "one line per failed group"
             # Each group's ranks show why: SGLang's line, from the run that died.
             cause = f"FATAL: Failed to setup Mooncake store, error code: -900 (master {sb.host('h15').data_ip}:{MASTER_RPC}: timed out)"
             blocks = dict(_log_blocks(proc.stderr))
-            for group in ("decode0", "prefill0", "prefill1"):
+            for group in ("prefill0", "prefill1"):
                 assert any(cause in text for unit, text in blocks.items() if f"-{group}-r" in unit), (group, proc.stderr)
 
             left = containers(sb, HOSTS, deployment)
-            assert sorted(left) == [("h15", f"fleet-{deployment}-mooncake-master-r0")], left
+            assert sorted(left) == sorted([
+                ("h15", f"fleet-{deployment}-mooncake-master-r0"),
+                ("h13", f"fleet-{deployment}-decode0-r0"), ("h14", f"fleet-{deployment}-decode0-r1"),
+            ]), left  # fmt: skip
             assert store_clients(sb) == (0, []), "no rank ever mounted"
         ok(fleet(sb, "down", str(pb), "-q"))
         assert containers(sb, HOSTS, deployment) == {}

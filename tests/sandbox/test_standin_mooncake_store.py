@@ -1,7 +1,8 @@
 """The stand-in as an SGLang rank with the Mooncake store backend and as the Mooncake master, on
-loopback: every rank mounts its segment at the master before it is healthy, the master records the
-clients while they live, and a rank that cannot reach the master (or the metadata server its env
-names) exits 1 at once with SGLang's one line."""
+loopback: every rank SGLang makes a store client (a PD decode only with its radix cache or KV
+offload) mounts its segment at the master before it is healthy, the master records the clients
+while they live, and a rank that cannot reach the master (or the metadata server its env names)
+exits 1 at once with SGLang's one line."""
 
 from __future__ import annotations
 
@@ -84,6 +85,21 @@ def test_no_store_client_without_the_hierarchical_cache(procs: list[Proc]) -> No
     port = free_port()
     start(procs, engine_argv(port, "--hicache-storage-backend", "mooncake"), MOONCAKE_MASTER=f"127.0.0.1:{free_port()}")
     wait_status(f"http://127.0.0.1:{port}/health", 200)
+
+
+def test_a_pd_decode_is_a_store_client_only_with_its_radix_cache_or_offload(procs: list[Proc]) -> None:
+    """SGLang forces a decode's cache to a chunk cache: no HiCache, so no store client."""
+    dead = free_port()
+    decode = ["--disaggregation-mode", "decode"]
+    port = free_port()
+    start(procs, engine_argv(port, *HICACHE, *decode), **store_env(dead))
+    wait_status(f"http://127.0.0.1:{port}/health", 200)
+    for extra in (["--disaggregation-decode-enable-radix-cache", *HICACHE],
+                  ["--disaggregation-decode-enable-offload-kvcache", "--hicache-storage-backend", "mooncake"]):  # fmt: skip
+        rc, _, err = Proc(engine_argv(free_port(), *decode, *extra), **store_env(dead)).finish()
+        assert (rc, err.splitlines()) == (
+            1, [f"FATAL: Failed to setup Mooncake store, error code: -900 (master 127.0.0.1:{dead}: Connection refused)"]
+        ), extra  # fmt: skip
 
 
 def test_http_metadata_server_is_published_to_and_required(procs: list[Proc]) -> None:

@@ -24,7 +24,9 @@ because this machine has no GPUs.  It honours the real contract, not a simplifie
   P/D: the prefill answers ``kv_transfer_params`` with its NIXL side channel
   (VLLM_NIXL_SIDE_CHANNEL_HOST/PORT); the decode connects there.
 - Mooncake store (SGLang with ``--enable-hierarchical-cache --hicache-storage-backend mooncake``):
-  every rank is a store client, as each of SGLang's ranks is.  After the rendezvous, before it is
+  every rank is a store client, as each of SGLang's ranks is -- but a PD decode, whose KV cache
+  SGLang forces to a chunk cache (no HiCache), only with ``--disaggregation-decode-enable-radix-cache``
+  or ``--disaggregation-decode-enable-offload-kvcache``.  After the rendezvous, before it is
   healthy, it reads its config as SGLang does (``--hicache-storage-backend-extra-config`` JSON with
   a master address, else the JSON file at SGLANG_HICACHE_MOONCAKE_CONFIG_PATH, else MOONCAKE_MASTER
   / MOONCAKE_TE_META_DATA_SERVER / MOONCAKE_LOCAL_HOSTNAME / MOONCAKE_GLOBAL_SEGMENT_SIZE), publishes
@@ -175,11 +177,16 @@ def parse_sglang(args: list[str]) -> Settings:
     p.add_argument("--enable-hierarchical-cache", "--enable-hicache", dest="hicache", action="store_true")
     p.add_argument("--hicache-storage-backend", default=None)
     p.add_argument("--hicache-storage-backend-extra-config", default=None)
+    p.add_argument("--disaggregation-decode-enable-radix-cache", dest="decode_radix", action="store_true")
+    p.add_argument("--disaggregation-decode-enable-offload-kvcache", dest="decode_offload", action="store_true")
     ns, _ = p.parse_known_args(args)
     if ns.nnodes > 1 and not ns.dist:
         raise Fatal("--dist-init-addr is required when --nnodes > 1", 1)
     served = ns.served_model_name or ns.model
-    store = (ns.hicache_storage_backend or "") if ns.hicache else ""
+    decode = ns.disaggregation_mode == "decode"
+    # A decode's cache is a chunk cache unless its radix cache is on; its KV offload has a store of its own.
+    uses_store = (ns.hicache and (not decode or ns.decode_radix)) or (decode and ns.decode_offload)
+    store = (ns.hicache_storage_backend or "") if uses_store else ""
     return Settings(
         engine="sglang", model=ns.model, served_name=served, host=ns.host, port=ns.port,
         serve_http=ns.node_rank == 0, tp=ns.tp, pp=ns.pp, nnodes=ns.nnodes,
