@@ -23,7 +23,8 @@ step 1 replaced by bringing the cohort kept in ``prev/`` on the ``--surge`` host
 
 Capacity cost: a second full cohort (as many hosts as the deployment uses) for the length of
 the roll.  On a failure before step 2 the new cohort is removed and the old one never stopped
-serving.
+serving.  Ctrl-C settles on one cohort before exiting (:func:`switch`); the same command run
+again resumes a switch whose new router is registered already.
 """
 
 from __future__ import annotations

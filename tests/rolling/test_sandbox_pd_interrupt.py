@@ -33,6 +33,7 @@ as in an uninterrupted switch).  So the interrupt explains no failure at these m
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -73,7 +74,7 @@ class Cli:
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )  # fmt: skip
-        self.conns: set[str] = set()
+        self.conns: set[tuple[str, str]] = set()
         self.seen_at_interrupt = ""
 
     @property
@@ -91,6 +92,17 @@ class Cli:
 
     def interrupt(self) -> int:
         return self.interrupt_and(lambda: None)
+
+    def sigint(self) -> None:
+        """SIGINT without waiting (fleet is expected to go on settling)."""
+        assert self.proc.poll() is None, f"fleet ended before Ctrl-C:\n{self.stderr}"
+        self.proc.send_signal(signal.SIGINT)
+
+    def kill(self) -> None:
+        """SIGKILL to fleet's process group: a crash, nothing cleans up."""
+        assert self.proc.poll() is None, f"fleet ended before the kill:\n{self.stderr}"
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
 
     def interrupt_and(self, then: Callable[[], None]) -> int:
         """SIGINT, then ``then()``; the exit status once fleet has settled.  Remembers fleet's
@@ -116,16 +128,18 @@ class Cli:
         self._err.close()
 
 
-def _conns(pid: int) -> set[str]:
-    """``ip:port`` (this end) of process ``pid``'s established TCP connections."""
+def _conns(pid: int) -> set[tuple[str, str]]:
+    """``(this end, far end)`` ``ip:port`` pairs of process ``pid``'s established TCP connections
+    (pairs: another process may use the same local port towards another address)."""
     out = subprocess.run(["ss", "-tnpH", "state", "established"], capture_output=True, text=True).stdout
-    return {line.split()[2] for line in out.splitlines() if f"pid={pid}," in line}
+    return {(line.split()[2], line.split()[3]) for line in out.splitlines() if f"pid={pid}," in line}
 
 
-def _peers(sb: Sandbox, host: str) -> set[str]:
+def _peers(sb: Sandbox, host: str) -> set[tuple[str, str]]:
+    """``host``'s established TCP connections as ``(far end, its end)``: as the far end sees them."""
     res = sb.ssh(host, "ss -tnH state established")
     assert res.rc == 0, res.err
-    return {line.split()[3] for line in res.out.splitlines()}
+    return {(line.split()[3], line.split()[2]) for line in res.out.splitlines()}
 
 
 def _until(what: str, cond: Callable[[], bool], timeout: float = 30.0) -> None:
@@ -137,7 +151,7 @@ def _until(what: str, cond: Callable[[], bool], timeout: float = 30.0) -> None:
 
 class HeldDeletes:
     """A pass-through to the front router on loopback, for fleet's worker-management calls only
-    (the load goes to the front itself), that can hold the next ``DELETE`` before passing it on:
+    (the load goes to the front itself), that can hold the next ``DELETE`` and then swallow it:
     fleet is then deterministically between registering the new cohort's router and
     deregistering the old one."""
 
@@ -156,6 +170,9 @@ class HeldDeletes:
                     outer.armed.clear()
                     outer.held.set()
                     outer.release.wait(30)
+                    with contextlib.suppress(OSError):  # swallowed: it never reaches the front
+                        self.send_error(503)
+                    return
                 size = int(self.headers.get("Content-Length") or 0)
                 req = urllib.request.Request(upstream + self.path, data=self.rfile.read(size) if size else None,
                                              method=self.command, headers={"Content-Type": "application/json"})  # fmt: skip
@@ -258,6 +275,7 @@ def _one_cohort_serves(sb: Sandbox, front: Router, cli: Cli | None, results: lis
         assert len(res.out.split()) == len(found), (h, res.out)
         assert sb.ssh(h, f"test -e /run/lock/fleet/{DEPLOYMENT}").rc != 0, f"{h}: deploy lock left"
     if cli is not None:
+        assert cli.conns, "no connection of fleet seen while it settled"
         mine = _conns(os.getpid())  # this test's own cached SSH connections
         for h in OLD + SURGE:
             _until(f"{h}: fleet's SSH connections closed", lambda h=h: not (_peers(sb, h) - mine) & cli.conns)  # type: ignore[misc]
@@ -285,7 +303,7 @@ def _converges(pd: tuple[Sandbox, str, Path, Router], args: tuple[str, ...], new
     _one_cohort_serves(sb, front, None, [], new, gen, gens)
 
 
-GENS: dict[str, tuple[str, ...]] = {"1": OLD, "2": SURGE, "3": OLD, "4": SURGE, "5": OLD}
+GENS: dict[str, tuple[str, ...]] = {"1": OLD, "2": SURGE, "3": OLD, "4": SURGE, "5": OLD, "6": SURGE, "7": OLD}
 
 
 def test_ctrl_c_while_new_engines_start_removes_the_new_cohort(pd: tuple[Sandbox, str, Path, Router]) -> None:
@@ -350,12 +368,65 @@ def test_ctrl_c_while_both_cohort_routers_are_in_the_front_finishes_the_switch(p
     _converges(pd, _restart(tmp, 5, SURGE, OLD, front), OLD, "5", GENS, resumed=True)
 
 
+def test_killed_with_both_cohort_routers_in_the_front_the_same_command_finishes(pd: tuple[Sandbox, str, Path, Router]) -> None:
+    """fleet dies (SIGKILL, nothing cleans up) while both cohort routers are in the front: each
+    request is still routed inside one cohort; the same command again finishes the switch."""
+    sb, inventory, tmp, front = pd
+    args = _restart(tmp, 6, OLD, SURGE, front)
+    held = HeldDeletes(front.url)
+    try:
+        held.armed.set()
+        cli = Cli(sb, inventory, tmp, "kill", *(*args[:-1], held.url))
+        try:
+            _until("fleet's deregistration of the old cohort's router", held.held.is_set, WAIT_S)
+            cli.kill()
+        finally:
+            cli.close()
+    finally:
+        held.close()
+    assert {w["url"] for w in front.workers()} == {_router_url(sb, OLD), _router_url(sb, SURGE)}
+    load = LoadGen(front.url, workers=4, stream_every=3, stream_tokens=300, model=MODEL).start()
+    try:
+        _converges(pd, args, SURGE, "6", GENS, resumed=True)
+    finally:
+        results = load.stop(at_least=20)
+    assert load.failures == [], [(r.error, r.status) for r in load.failures[:5]]
+    assert {r.generation for r in results} == {"5", "6"}
+    _one_cohort_serves(sb, front, None, results, SURGE, "6", GENS)
+
+
+def test_a_second_ctrl_c_while_retiring_leaves_it_for_the_same_command(pd: tuple[Sandbox, str, Path, Router]) -> None:
+    """Ctrl-C while the old cohort retires, and again while fleet finishes retiring it: exit 130
+    at once with the old cohort partly retired (out of the front, no lock left); the same
+    command again retires the rest."""
+    sb, inventory, tmp, front = pd
+    args = _restart(tmp, 7, SURGE, OLD, front)
+    load = LoadGen(front.url, workers=4, stream_every=3, stream_tokens=300, model=MODEL).start()
+    cli = Cli(sb, inventory, tmp, "twice", *args)
+    try:
+        cli.wait_line(rf"^({'|'.join(SURGE)})/\S+: retiring$")
+        cli.sigint()
+        cli.wait_line(r"^interrupted after traffic began moving[\s\S]*: retiring$")
+        rc = cli.interrupt()
+    finally:
+        cli.close()
+        results = load.stop(at_least=20)
+    _settled(cli, rc, load)
+    assert "the switch finished" not in cli.stderr
+    assert [w["url"] for w in front.workers()] == [_router_url(sb, OLD)]
+    assert any(_containers(sb, h) for h in SURGE), "nothing of the old cohort was left to retire"
+    for h in OLD + SURGE:
+        assert sb.ssh(h, f"test -e /run/lock/fleet/{DEPLOYMENT}").rc != 0, f"{h}: deploy lock left"
+    _converges(pd, args, OLD, "7", GENS, resumed=True)
+    _one_cohort_serves(sb, front, None, results, OLD, "7", GENS)
+
+
 def test_a_switch_onto_the_serving_cohort_is_refused_untouched(pd: tuple[Sandbox, str, Path, Router]) -> None:
     """A stale playbook (placement on the hosts that no longer serve) rolled with --surge naming
     the serving cohort: refused (exit 2, one exact line) before anything changes."""
     sb, inventory, tmp, front = pd
     before = {(h, u): container_id(sb, h, u) for h in OLD for u in _containers(sb, h)}
-    proc = fleet(sb, *_restart(tmp, 6, SURGE, OLD, front), inventory=inventory)
+    proc = fleet(sb, *_restart(tmp, 8, SURGE, OLD, front), inventory=inventory)
     assert proc.returncode == 2, f"{proc.stdout}\n{proc.stderr}"
     assert proc.stderr.strip().splitlines()[-1] == (
         f"fleet: error: router {front.url}: the cohort on h6, h7, h8 serves deployment {DEPLOYMENT} already "
@@ -363,4 +434,4 @@ def test_a_switch_onto_the_serving_cohort_is_refused_untouched(pd: tuple[Sandbox
         f"hosts and give the others as --surge"
     )
     assert {(h, u): container_id(sb, h, u) for h in OLD for u in _containers(sb, h)} == before
-    _one_cohort_serves(sb, front, None, [], OLD, "5", GENS)
+    _one_cohort_serves(sb, front, None, [], OLD, "7", GENS)
