@@ -15,7 +15,10 @@ c.  while the old cohort is being retired (its first unit stopping) -- generatio
 b0. right after the new cohort's router joined the front, while the old one is still there
     (both cohorts serve) -- generation 5 back onto the first hosts.
 
-Then a stale playbook rolled with ``--surge`` naming the serving cohort is refused untouched.
+Then generation 6: fleet SIGKILLed with both cohort routers in the front (nothing cleans up);
+generation 7: a second Ctrl-C while fleet finishes retiring the old cohort (it stops at once);
+after each the same command finishes the switch.  Last, a stale playbook rolled with
+``--surge`` naming the serving cohort is refused untouched.
 
 After each Ctrl-C: exit 130 with ``fleet: interrupted`` as the last line and no traceback; the
 front router holds exactly one cohort router and what it serves is one generation's complete
@@ -29,6 +32,8 @@ The load rule: no request fails.  Ctrl-C never cuts a request here: before the n
 router is registered in the front nothing of the new cohort has served (it is removed); after
 that the switch is finished (the old cohort is deregistered, drained and retired decodes first,
 as in an uninterrupted switch).  So the interrupt explains no failure at these moments.
+
+Run (root, ~2 min): ``FLEET_SANDBOX_NAME=pdint1 python -m pytest -x -q tests/rolling/test_sandbox_pd_interrupt.py``
 """
 
 from __future__ import annotations
