@@ -391,7 +391,7 @@ def _network_env(sh: _Shared, inst: _Instance, host: Host, ctx: InstanceContext)
     if pd == "nixl":
         env.update(network.ucx_env(host, gid))
     if recipe.mooncake_store is not None and sh.mooncake_master is not None:
-        env.update(mooncake.client_env(recipe.mooncake_store, sh.mooncake_master, inst.parallelism.tp, recipe.source))
+        env.update(mooncake.client_env(recipe.mooncake_store, sh.mooncake_master, inst.parallelism, recipe.source))
     return env
 
 

@@ -93,7 +93,7 @@ def test_store_clients_mount_then_serve(sb: Sandbox) -> None:
         count, rows = store_clients(sb)
         assert count == len(CLIENTS), rows
         assert sorted((r["host"], r["role"], r["rank"], r["client"], r["peer"], r["segment"]) for r in rows) == sorted(
-            (h, g.rstrip("0123456789"), str(r), sb.host(h).data_ip, sb.host(h).data_ip, "800gb") for h, g, r in CLIENTS
+            (h, g.rstrip("0123456789"), str(r), sb.host(h).data_ip, sb.host(h).data_ip, "1600gb") for h, g, r in CLIENTS
         ), "every prefill rank mounted its segment at the master, from its own data IP; no decode rank did"
 
         body = {"model": "glm-5.3-flash", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 3}
