@@ -130,6 +130,19 @@ def test_extra_config_names_the_master_before_the_env(procs: list[Proc]) -> None
     assert [r["client"] for r in clients(metrics)[1]] == ["10.0.0.7"]
 
 
+def test_segment_sizes_are_read_as_sglang_reads_them() -> None:
+    assert server.segment_bytes("1600gb") == 1600 << 30 and server.segment_bytes(" 4GB ") == 4 << 30
+    assert server.segment_bytes("1048576") == 1 << 20
+    s = server.parse_sglang(["--model-path", "m", *HICACHE])
+    for bad in ("800mb", "4gib", "gb"):
+        try:
+            server.store_config(s, store_env(1, MOONCAKE_GLOBAL_SEGMENT_SIZE=bad))
+        except server.Fatal as err:
+            assert str(err) == f"ValueError: invalid global_segment_size {bad!r}: SGLang reads <n>gb or bytes"
+        else:
+            raise AssertionError(f"{bad!r} fails SGLang's start")
+
+
 def test_config_precedence_unit() -> None:
     s = server.parse_sglang(["--model-path", "m", *HICACHE])
     env = store_env(1, SGLANG_HICACHE_MOONCAKE_CONFIG_PATH="/nonexistent/mc.json")

@@ -29,9 +29,9 @@ because this machine has no GPUs.  It honours the real contract, not a simplifie
   or ``--disaggregation-decode-enable-offload-kvcache``.  After the rendezvous, before it is
   healthy, it reads its config as SGLang does (``--hicache-storage-backend-extra-config`` JSON with
   a master address, else the JSON file at SGLANG_HICACHE_MOONCAKE_CONFIG_PATH, else MOONCAKE_MASTER
-  / MOONCAKE_TE_META_DATA_SERVER / MOONCAKE_LOCAL_HOSTNAME / MOONCAKE_GLOBAL_SEGMENT_SIZE), publishes
-  itself to the metadata server when that is an ``http://`` URL (P2PHANDSHAKE needs none), and
-  mounts its segment at the master's RPC port.  Any of it failing exits 1 at once with SGLang's
+  / MOONCAKE_TE_META_DATA_SERVER / MOONCAKE_LOCAL_HOSTNAME / MOONCAKE_GLOBAL_SEGMENT_SIZE; the size
+  only as ``<n>gb`` or bytes), publishes itself to the metadata server when that is an
+  ``http://`` URL (P2PHANDSHAKE needs none), and mounts its segment at the master's RPC port.  Any of it failing exits 1 at once with SGLang's
   one line (``Failed to setup Mooncake store, error code: -900`` plus the address and the cause);
   each attempt waits at most FLEET_STANDIN_STORE_TIMEOUT s (5).  Losing the master later is only
   logged: SGLang keeps serving, its offload calls fail.
@@ -960,14 +960,25 @@ def store_config(settings: Settings, env: dict[str, str]) -> StoreConfig:
             "local_hostname": env.get("MOONCAKE_LOCAL_HOSTNAME") or env.get("LOCAL_HOSTNAME") or "localhost",
             "global_segment_size": env.get("MOONCAKE_GLOBAL_SEGMENT_SIZE", "4gb"),
         }
+    segment = str(src.get("global_segment_size") or "4gb")
+    segment_bytes(segment)
     master = str(src.get("master_server_address") or "")
     if not master:  # a standalone mooncake_client (MOONCAKE_CLIENT) is not played here
         raise Fatal("Failed to setup Mooncake store: no master_server_address (the stand-in plays no mooncake_client)")
     return StoreConfig(
         master=master, metadata=str(src.get("metadata_server") or "P2PHANDSHAKE"),
         local_hostname=str(src.get("local_hostname") or "localhost"),
-        segment=str(src.get("global_segment_size") or "4gb"),
+        segment=segment,
     )  # fmt: skip
+
+
+def segment_bytes(size: str) -> int:
+    """SGLang's reading of global_segment_size: ``<n>gb`` (GiB) or a plain byte count, nothing else."""
+    text = size.strip().lower()
+    try:
+        return int(text[:-2].strip()) << 30 if text.endswith("gb") else int(text)
+    except ValueError:
+        raise Fatal(f"ValueError: invalid global_segment_size {size!r}: SGLang reads <n>gb or bytes") from None
 
 
 def _setup_failed(what: str, err: object) -> Fatal:
