@@ -633,8 +633,13 @@ def _router_unit(sh: _Shared, host: Host, prefill: list[Unit], decode: list[Unit
         )
         ports = {"router": port, "router_metrics": metrics}
     else:
-        argv = router.vllm_pd_argv(tuple(_url(u) for u in prefill), tuple(_url(u) for u in decode), port)
-        ports = {"router": port}
+        assert sh.recipe.pd is not None
+        metrics, backend = sh.ports["router_metrics"], sh.recipe.pd.transfer_backend
+        argv = router.vllm_pd_argv(
+            tuple(_url(u) for u in prefill), tuple(_url(u) for u in decode), port, metrics, backend,
+            tuple(u.ports[BOOTSTRAP] for u in prefill) if backend == "mooncake" else (),
+        )
+        ports = {"router": port, "router_metrics": metrics}
     wants = tuple(u.name for u in (*prefill, *decode))
     return _infra_unit(sh, "router", host, argv, ports, "/health", port, 2, wants, sh.image)
 
