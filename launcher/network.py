@@ -90,19 +90,31 @@ def nccl_env(host: Host, gid: int | None) -> dict[str, str]:
 
 
 def mooncake_protocol(host: Host, wanted: str = "rdma") -> str:
-    """``MOONCAKE_PROTOCOL``, always explicit (SGLang defaults it to rdma, Mooncake to tcp)."""
+    """The Mooncake transfer protocol, always explicit (SGLang and vLLM default to rdma, Mooncake to tcp)."""
     return "tcp" if host.spec.fabric == "none" else wanted
 
 
+def mooncake_device(host: Host, protocol: str) -> str:
+    """The RDMA devices a Mooncake client uses, comma-separated; empty lets Mooncake discover them."""
+    return ",".join(host.spec.hcas) if protocol == "rdma" else ""
+
+
 def mooncake_env(host: Host, gid: int | None, protocol: str) -> dict[str, str]:
-    """Mooncake transfer-engine env of ``host`` (PD transfer and store clients)."""
-    spec = host.spec
+    """Mooncake env of ``host`` as SGLang's clients read it (PD transfer and store clients)."""
     env = {
         "MOONCAKE_PROTOCOL": protocol,
         "MOONCAKE_LOCAL_HOSTNAME": data_ip(host),
     }
-    if protocol == "rdma" and spec.hcas:
-        env["MOONCAKE_DEVICE"] = ",".join(spec.hcas)
+    device = mooncake_device(host, protocol)
+    if device:
+        env["MOONCAKE_DEVICE"] = device
+    return {**env, **mc_env(host, gid, protocol)}
+
+
+def mc_env(host: Host, gid: int | None, protocol: str) -> dict[str, str]:
+    """The transfer engine's own env (``MC_*``), read by its C++ core under any engine."""
+    spec = host.spec
+    env: dict[str, str] = {}
     if gid is not None:
         # Mooncake falls back to NCCL_IB_GID_INDEX, then to GID 0 (link-local: times out).
         env["MC_GID_INDEX"] = str(gid)

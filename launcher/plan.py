@@ -386,13 +386,46 @@ def _network_env(sh: _Shared, inst: _Instance, host: Host, ctx: InstanceContext)
     elif cross_node:
         env.update(network.nccl_env(host, gid))
     if uses_mooncake:
-        wanted = recipe.mooncake_store.protocol if recipe.mooncake_store else "rdma"
-        env.update(network.mooncake_env(host, gid, network.mooncake_protocol(host, wanted)))
+        protocol = _mooncake_protocol(recipe, host)
+        # vLLM's Mooncake clients read no MOONCAKE_* env (protocol, devices and master come from
+        # their config, their address from VLLM_HOST_IP); the transfer engine's MC_* env stays.
+        sglang_env = recipe.engine == "sglang"
+        env.update(network.mooncake_env(host, gid, protocol) if sglang_env else network.mc_env(host, gid, protocol))
     if pd == "nixl":
         env.update(network.ucx_env(host, gid))
-    if recipe.mooncake_store is not None and sh.mooncake_master is not None:
+    if recipe.engine == "sglang" and recipe.mooncake_store is not None and sh.mooncake_master is not None:
         env.update(mooncake.client_env(recipe.mooncake_store, sh.mooncake_master, inst.parallelism, recipe.source))
     return env
+
+
+def _mooncake_protocol(recipe: Recipe, host: Host) -> str:
+    return network.mooncake_protocol(host, recipe.mooncake_store.protocol if recipe.mooncake_store else "rdma")
+
+
+def _vllm_store_configs(sh: _Shared, units: list[Unit], hosts: Mapping[str, Host]) -> tuple[list[Unit], dict[str, str]]:
+    """vLLM's MooncakeStoreConnector loads its store client config only from the JSON file named
+    by MOONCAKE_CONFIG_PATH (fails its start when unset): each engine unit gets its own file in its
+    unit directory, mounted read-only at the same path so native units read it there too.  An
+    operator's MOONCAKE_CONFIG_PATH in the playbook env wins."""
+    store, master = sh.recipe.mooncake_store, sh.mooncake_master
+    if sh.recipe.engine == "sglang" or store is None or master is None:
+        return units, {}
+    out: list[Unit] = []
+    files: dict[str, str] = {}
+    for u in units:
+        host = hosts[u.host]
+        protocol = _mooncake_protocol(sh.recipe, host)
+        name = f"{sh.deployment}/{u.name}/{mooncake.VLLM_CONFIG_FILE}"
+        files[name] = mooncake.vllm_store_config(
+            store, master, protocol, network.mooncake_device(host, protocol), sh.recipe.source
+        )
+        path = f"{FILES_ROOT}/{name}"
+        container = u.container
+        if container is not None:
+            mount = Mount(host=path, container=path, read_only=True)
+            container = dataclasses.replace(container, mounts=(*container.mounts, mount))
+        out.append(dataclasses.replace(u, env={mooncake.CONFIG_PATH_ENV: path, **u.env}, container=container))
+    return out, files
 
 
 def _container(sh: _Shared, inst: _Instance, rank: _Rank, group: str, role: Role, index: int) -> ContainerSpec:
@@ -761,6 +794,7 @@ def plan(
     engine_units: list[Unit] = []
     for inst in instances:
         engine_units += _engine_units(sh, inst)
+    engine_units, files = _vllm_store_configs(sh, engine_units, {h.name: h for h in inventory.hosts})
     units += engine_units
     leaders = [u for u in engine_units if u.health is not None]
 
@@ -784,7 +818,6 @@ def plan(
         upstreams = tuple(u.health.url.split("//", 1)[1].rsplit("/", 1)[0] for u in leaders if u.health)
         gw_default, gw_wants = first, tuple(u.name for u in leaders)
 
-    files: dict[str, str] = {}
     if recipe.gateway is not None:
         host = _infra_host("gateway", playbook, inventory, gw_default)
         port = ports["gateway"]

@@ -11,8 +11,9 @@ Host layout (``D`` = deployment, ``U`` = unit name)::
     /etc/fleet/D/U/secrets.env     0600  written by the executor at deploy time, same format;
                                          never rendered (render never sees secret values)
     /etc/fleet/D/U/manifest.json   0644  render hash, recipe, image, unit identity, files
-    /etc/fleet/NAME                0644  Plan.files[NAME] (gateway config), on every host with a
-                                         unit that mounts it (it counts in that unit's hash)
+    /etc/fleet/NAME                0644  Plan.files[NAME] (gateway config, vLLM's Mooncake store
+                                         config), on every host with a unit that mounts it or
+                                         whose directory D/U holds it (it counts in that unit's hash)
     /etc/systemd/system/U.service  0644  systemd runtime (docker wrapper or native engine)
 
 Env values never reach argv: the container gets ``-e NAME`` (name only) and docker reads the
@@ -131,11 +132,10 @@ def render(plan: Plan, runtime: Runtime | None = None) -> RenderedPlan:
     _check_name("deployment", plan.deployment)
     if not _RECIPE.fullmatch(plan.recipe):
         raise PlanError(None, f"recipe {plan.recipe!r}: must match [A-Za-z0-9][A-Za-z0-9_./-]*")
-    mounted = {m.host for u in plan.units if u.container for m in u.container.mounts}
     for name in plan.files:
         if not all(_FILE_NAME.fullmatch(part) for part in name.split("/")):
             raise PlanError(None, f"plan file {name!r}: must be a relative path of [A-Za-z0-9_.-] names")
-        if plan_file_path(name) not in mounted:
+        if not any(_ships(plan, u, name) for u in plan.units):
             raise PlanError(None, f"plan file {name!r}: no unit mounts {plan_file_path(name)}")
 
     per_host: dict[str, tuple[dict[str, RenderedFile], list[RenderedUnit]]] = {}
@@ -271,13 +271,20 @@ def _unit_files(plan: Plan, unit: Unit, runtime: Runtime, *, render_hash: str) -
             files.append(RenderedFile(path=service_path(unit.name), content=_template("docker.service.j2", ctx), mode=MODE_FILE))
     except quoting.QuotingError as err:
         raise PlanError(None, f"unit {unit.name!r}: {err}") from None
-    mounts = {m.host for m in unit.container.mounts} if unit.container else set()
     files.extend(
         RenderedFile(path=plan_file_path(name), content=plan.files[name], mode=MODE_FILE)
         for name in sorted(plan.files)
-        if plan_file_path(name) in mounts
+        if _ships(plan, unit, name)
     )
     return files
+
+
+def _ships(plan: Plan, unit: Unit, name: str) -> bool:
+    """Whether ``Plan.files[name]`` is one of ``unit``'s files: the unit mounts it, or it lies in
+    the unit's own directory (a native unit reads it there; a container mounts it)."""
+    path = plan_file_path(name)
+    mounted = unit.container is not None and any(m.host == path for m in unit.container.mounts)
+    return mounted or path.startswith(unit_dir(plan.deployment, unit.name) + "/")
 
 
 def _context(plan: Plan, unit: Unit, env_path: str, secrets_path: str) -> dict[str, object]:

@@ -1,18 +1,23 @@
-"""Mooncake store: the master's argv and the store-client env of an engine rank.
+"""Mooncake store: the master's argv and the store-client config of an engine rank.
 
 Contract: pure builders from a :class:`~launcher.model.MooncakeStore`.  Sizes in the catalog are
-*per GPU*; :func:`instance_size` converts them to what one engine process is configured with, in
-a form SGLang parses.
+*per GPU*.  SGLang's client is configured through env (:func:`client_env`; :func:`instance_size`
+converts the sizes to what one SGLang process is configured with).  vLLM's MooncakeStoreConnector
+reads no MOONCAKE_* env: every worker (one per GPU) loads the JSON file named by
+``MOONCAKE_CONFIG_PATH`` (:func:`vllm_store_config`) and contributes its ``global_segment_size``.
 """
 
 from __future__ import annotations
 
+import json
 import re
 
 from launcher.errors import PlanError
 from launcher.model import MooncakeStore, Parallelism, Source
 
 MASTER_BINARY = "mooncake_master"
+CONFIG_PATH_ENV = "MOONCAKE_CONFIG_PATH"  # vLLM's only source of its store client's config
+VLLM_CONFIG_FILE = "mooncake-store.json"
 _SIZE = re.compile(r"^\s*([0-9]+)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 _UNIT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}  # binary, as Mooncake's
 _GIB = 1 << 30
@@ -65,3 +70,25 @@ def client_env(store: MooncakeStore, master: str, par: Parallelism, source: Sour
             store.local_buffer_size, ranks, source, "mooncake_store/local_buffer_size"
         ),
     }
+
+
+def vllm_store_config(
+    store: MooncakeStore, master: str, protocol: str, device: str, source: Source
+) -> str:
+    """The JSON file vLLM's store client loads (vLLM 0.30 and 0.33 ``MooncakeStoreConfig.from_file``).
+
+    Sizes stay per GPU: each worker process contributes ``global_segment_size`` itself.  They are
+    written ``<n>gb`` (GiB) or as a byte count: vLLM parses only gb/mb/kb/b suffixes ("1tb" or
+    "4gib" would fail its start).  The client's own address is not in the file: vLLM takes it from
+    MOONCAKE_REQUESTER_LOCAL_HOSTNAME, else VLLM_HOST_IP.  ``device`` empty lets Mooncake discover
+    the RDMA devices."""
+    doc = {
+        "device_name": device,
+        "global_segment_size": instance_size(store.global_segment_size, 1, source, "mooncake_store/global_segment_size"),
+        "local_buffer_size": instance_size(store.local_buffer_size, 1, source, "mooncake_store/local_buffer_size"),
+        "master_server_address": master,
+        "metadata_server": "P2PHANDSHAKE",
+        "mode": "embedded",
+        "protocol": protocol,
+    }
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
