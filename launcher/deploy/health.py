@@ -31,7 +31,7 @@ from typing import Callable, Mapping, Sequence
 from launcher.deploy.desired import Desired
 from launcher.deploy.fan import each
 from launcher.deploy.remote import STEP_TIMEOUT_S, show
-from launcher.deploy.steps import Liveness, logs_argv, parse_log
+from launcher.deploy.steps import Liveness, failure_lines, failure_logs_argv
 from launcher.deploy.wait import Seen, run_wait
 from launcher.errors import FleetError
 from launcher.execute.transport import Transport
@@ -52,6 +52,7 @@ class Verdict:
     healthy: bool = False
     error: FleetError | None = None
     detail: str = ""  # last log lines of the unit that failed
+    culprit: tuple[str, str] | None = None  # (host, unit) the detail belongs to
 
 
 def dead(live: Liveness) -> bool:
@@ -124,9 +125,11 @@ def _judge(
             return Verdict(error=seen)
         live = seen.live[d.name]
         if dead(live):
+            if live.state == "running":  # restarted by its runtime: the exit status is the new run's
+                times = "once" if live.restarts == 1 else f"{live.restarts} times"
+                return Verdict(error=_UnitDied(d, f"restarted {times} by its runtime while its group was starting"))
             code = f"exit {live.exit_code}" if live.exit_code is not None else "no exit status"
-            how = "restarted" if live.state == "running" else live.state
-            return Verdict(error=_UnitDied(d, f"{how} while its group was starting ({code})"))
+            return Verdict(error=_UnitDied(d, f"{live.state} while its group was starting ({code})"))
     seen_all = [(d, observed[d.host]) for d in units]
     healthy = all(
         isinstance(s, Seen) and s.live[d.name].state == "running" and s.probes.get(d.name, d.unit.health is None)
@@ -158,13 +161,15 @@ def _with_logs(
     observed: Mapping[str, Seen | FleetError],
     transports: Mapping[str, Transport],
 ) -> Verdict:
-    """Adds the failing unit's last log lines (one extra round trip, on failure only)."""
+    """Adds the failing unit's last log lines and the line naming its failure (one extra round
+    trip, on failure only)."""
     err = verdict.error
     if not isinstance(err, _UnitDied):
         return verdict
     d = err.desired
-    result = transports[d.host].run(logs_argv(d.unit.runtime, d.name, 20), timeout=STEP_TIMEOUT_S)
-    lines = [text for _, text in parse_log(d.unit.runtime, result.stdout_text)]
-    last = next((line for line in reversed(lines) if line.strip()), "")
-    message = f"{err}: {last.strip()}" if last else str(err)
-    return Verdict(error=HealthError(message), detail="\n".join(lines))
+    seen = observed[d.host]
+    restarted = isinstance(seen, Seen) and seen.live[d.name].restarts > 0
+    result = transports[d.host].run(failure_logs_argv(d.unit.runtime, d.name, 20), timeout=STEP_TIMEOUT_S)
+    lines, last = failure_lines(d.unit.runtime, result.stdout_text, restarted)
+    message = f"{err}: {last}" if last else str(err)
+    return Verdict(error=HealthError(message), detail="\n".join(lines), culprit=(d.host, d.name))

@@ -492,7 +492,9 @@ def _apply(
                 for k in keys:
                     reports[k] = replace(reports[k], outcome="healthy", generation=_next_gen(surveys, g, k))
             else:
-                fail(keys, str(v.error), detail=v.detail)
+                fail(keys, str(v.error))
+                if v.culprit in reports and v.detail:  # the log lines belong to the unit that failed
+                    reports[v.culprit] = replace(reports[v.culprit], detail=mask(v.detail, secrets))
         if any(not verdicts[g.group].healthy for g in batch):
             stopped_line = True
     ordered = [reports[(d.host, d.name)] for d in target.units] + [

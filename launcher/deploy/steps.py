@@ -248,6 +248,53 @@ def parse_log(runtime: Runtime, out: str) -> list[tuple[str, str]]:
     return lines
 
 
+_FAILED_RUN_LOGS = (
+    'docker inspect --type container -f "{{.State.StartedAt}}" "$1" 2>&1; '
+    'exec docker logs --timestamps --tail "$2" "$1" 2>&1'
+)
+_SYSTEMD_EXITED = "Main process exited"  # systemd's own journal line when a service's process ends
+
+
+def failure_logs_argv(runtime: Runtime, name: str, lines: int) -> tuple[str, ...]:
+    """The last log lines of a unit that failed; for docker preceded by the start time of the
+    container's current run (see :func:`failure_lines`)."""
+    if runtime == "docker":
+        return sh(_FAILED_RUN_LOGS, name, str(lines))
+    return logs_argv(runtime, name, lines)
+
+
+def failure_lines(runtime: Runtime, out: str, restarted: bool) -> tuple[list[str], str]:
+    """``(log lines, the line naming the failure)`` from :func:`failure_logs_argv`'s answer.
+
+    The failure line is the last non-empty line, except when the runtime restarted the unit:
+    then the log also holds the new run's first lines, and the failure is the last line of the
+    run that died -- docker: the last line stamped before the current run started; systemd: the
+    last line before systemd's last "Main process exited" line.
+    """
+    started = ""
+    if runtime == "docker":
+        first, _, out = out.partition("\n")
+        started = first.strip() if first[:1].isdigit() else ""
+        out = out if started else first + "\n" + out
+    entries = parse_log(runtime, out)
+    lines = [text for _, text in entries]
+    died = entries
+    if restarted and runtime == "docker" and started:
+        died = [(stamp, text) for stamp, text in entries if stamp and _ns(stamp) < _ns(started)] or entries
+    elif restarted and runtime == "systemd":
+        ends = [i for i, (_, text) in enumerate(entries) if _SYSTEMD_EXITED in text]
+        died = entries[: ends[-1]] if ends and ends[-1] > 0 else entries
+    last = next((text.strip() for _, text in reversed(died) if text.strip()), "")
+    return lines, last
+
+
+def _ns(stamp: str) -> str:
+    """An RFC 3339 UTC timestamp with its fraction padded to nanoseconds: docker trims trailing
+    zeros, so raw strings do not sort by time."""
+    head, _, frac = stamp.rstrip("Z").partition(".")
+    return f"{head}.{frac.ljust(9, '0')[:9]}"
+
+
 # ---------------------------------------------------------------------------------------------
 # files
 

@@ -218,6 +218,13 @@ class SimHost:
             return 1, f"Error: No such container: {p[-1]}\n", ""
         return 0, "".join(f"2026-01-01T00:00:0{i}.000000000Z {line}\n" for i, line in enumerate(c.logs)), ""
 
+    def failure_logs(self, p: Sequence[str]) -> tuple[int, str, str]:
+        """``failure_logs_argv``: the current run's start, then the log (params: name, lines)."""
+        c = self.containers.get(p[0])
+        if c is None:
+            return 0, f"Error: No such container: {p[0]}\n" * 2, ""
+        return 0, "2026-01-01T00:00:00.5Z\n" + self.logs(p[:1])[1], ""
+
     def manifest(self, unit_dir: str) -> dict[str, object] | None:
         raw = self.files.get(unit_dir + "/manifest.json")
         return None if raw is None else dict(json.loads(raw[0]))
@@ -276,6 +283,7 @@ _SCRIPTS = {
     steps._HASHES: SimHost.hashes,
     steps._READ: SimHost.read,
     steps._LOGS: SimHost.logs,
+    steps._FAILED_RUN_LOGS: SimHost.failure_logs,
     files._SCRIPT: SimHost.batch,
     steps._IMAGES: SimHost.images_present,
     router_api._REQUEST: SimHost.http,

@@ -34,16 +34,20 @@ DOCKER = """#!/bin/sh
 S=@STATE@
 case $1 in
 inspect)
-  shift 4
+  f=$5; shift 5
   if [ -f "$S/docker.down" ]; then
     echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?" >&2; exit 1
   fi
   rc=0
   for n; do
-    if [ -f "$S/docker.$n" ]; then read -r st < "$S/docker.$n"; echo "/$n|$st"; else echo "Error: No such container: $n" >&2; rc=1; fi
+    if [ ! -f "$S/docker.$n" ]; then echo "Error: No such container: $n" >&2; rc=1
+    elif [ "$f" = "{{.State.StartedAt}}" ]; then cat "$S/docker.$n.started" 2>/dev/null || echo "2026-01-01T00:00:00Z"
+    else read -r st < "$S/docker.$n"; echo "/$n|$st"; fi
   done
   exit $rc ;;
-logs) echo "2026-01-01T00:00:00.000000000Z FATAL: rendezvous with rank 0 failed" ;;
+logs)
+  if [ -f "$S/docker.logs" ]; then cat "$S/docker.logs"
+  else echo "2026-01-01T00:00:00.000000000Z FATAL: rendezvous with rank 0 failed"; fi ;;
 esac
 """
 SYSTEMCTL = """#!/bin/sh
@@ -60,7 +64,8 @@ for u; do
 done
 """
 JOURNALCTL = """#!/bin/sh
-echo "2026-01-01T00:00:00+0000 h1 engine[1]: FATAL: out of memory"
+S=@STATE@
+if [ -f "$S/journal" ]; then cat "$S/journal"; else echo "2026-01-01T00:00:00+0000 h1 engine[1]: FATAL: out of memory"; fi
 echo "-- cursor: s=1"
 """
 PROBE = """#!/bin/sh
@@ -184,10 +189,47 @@ def test_a_rank_that_restarted_or_vanished_fails_its_group(host: Host) -> None:
     host.set(f"docker.{R0}", "running|0|1")
     host.set("ready_after", "1")
     assert errors(run_gate(units(R0), local("h1"))) == {
-        "g0": f"{RUN0} restarted while its group was starting (exit 0): FATAL: rendezvous with rank 0 failed"
+        "g0": f"{RUN0} restarted once by its runtime while its group was starting: FATAL: rendezvous with rank 0 failed"
     }
     assert errors(run_gate(units(R1), local("h2")))["g0"] == (
         f"{RUN1} missing while its group was starting (no exit status): FATAL: rendezvous with rank 0 failed"
+    )
+
+
+def test_a_restarted_rank_is_reported_by_the_run_that_died(host: Host) -> None:
+    """docker keeps one log across restarts and resets the exit status: the failure is the last
+    line stamped before the current run started (docker trims the stamps' trailing zeros, so
+    05.49 < 05.4999 only when compared as times), and no exit status is quoted."""
+    host.set(f"docker.{R0}", "running|0|0")
+    host.set(f"docker.{R1}", "running|0|2")
+    host.set(f"docker.{R1}.started", "2026-01-01T00:00:05.4999Z")
+    host.set("docker.logs", "\n".join((
+        "2026-01-01T00:00:01Z loading weights",
+        "2026-01-01T00:00:05.49Z FATAL: injected failure: crash-at-start",
+        "2026-01-01T00:00:05.500000001Z start",
+        "2026-01-01T00:00:06.1Z rendezvous_join rank=1",
+    )))  # fmt: skip
+    host.set("ready_after", "1")
+    verdict = run_gate(units(R0, R1), local("h1", "h2"))["g0"]
+    assert str(verdict.error) == (
+        f"{RUN1} restarted 2 times by its runtime while its group was starting: FATAL: injected failure: crash-at-start"
+    )
+    assert verdict.culprit == ("h2", R1) and verdict.detail.endswith("rendezvous_join rank=1")
+
+
+def test_a_restarted_systemd_unit_is_reported_by_the_run_that_died(host: Host) -> None:
+    block = "Id={}.service\nLoadState=loaded\nActiveState=active\nSubState=running\nExecMainStatus=0\nNRestarts=1"
+    host.set(f"systemd.{R1}.service", block.format(R1))
+    host.set("journal", "\n".join((
+        "2026-01-01T00:00:01+0000 h2 engine[7]: FATAL: NCCL error: unhandled system error",
+        f"2026-01-01T00:00:01+0000 h2 systemd[1]: {R1}.service: Main process exited, code=exited, status=1/FAILURE",
+        f"2026-01-01T00:00:01+0000 h2 systemd[1]: {R1}.service: Failed with result 'exit-code'.",
+        f"2026-01-01T00:00:06+0000 h2 systemd[1]: Started {R1}.service.",
+        "2026-01-01T00:00:07+0000 h2 engine[9]: rendezvous_join rank=1",
+    )))  # fmt: skip
+    assert errors(run_gate([systemd(units(R1)[0])], local("h2")))["g0"] == (
+        f"{RUN1} restarted once by its runtime while its group was starting: "
+        "2026-01-01T00:00:01+0000 h2 engine[7]: FATAL: NCCL error: unhandled system error"
     )
 
 

@@ -115,8 +115,9 @@ def test_rank_dying_at_start_tears_its_group_down_and_stops_the_line(sim: SimFle
     }
     assert "fleet-demo-rank-r0" not in sim["h1"].containers, "the healthy-looking rank 0 is torn down too"
     assert sim["h3"].containers == {}
-    detail = next(u.detail for u in report.units if u.unit == "fleet-demo-rank-r0")
-    assert "FATAL" in detail
+    details = {u.unit: u.detail for u in report.units}
+    assert "FATAL" in details["fleet-demo-rank-r1"], "the log lines are shown under the rank that died"
+    assert details["fleet-demo-rank-r0"] == "" and details["fleet-demo-router"] == ""
     assert not any(k.endswith("/owner") for h in ("h1", "h2", "h3") for k in sim[h].files)
 
 

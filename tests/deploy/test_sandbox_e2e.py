@@ -356,3 +356,32 @@ def _restart_dockerd(sb: Sandbox, name: str) -> None:
     host = replace(host, dockerd=dockerd.start(st.name, host))
     state.save(st.with_host(host))
     dockerd.wait_ready(host, time.monotonic() + 30)
+
+
+def test_a_rank_that_dies_and_is_restarted_is_reported_by_its_own_failure(
+    sandbox_fleet: Sandbox, tmp_path: Path
+) -> None:
+    """Both ranks die 1 s after start; docker restarts a dead container at once (its restart
+    policy) and keeps one log across runs.  Whether the gate sees the rank restarting, running
+    again or exited, the one-line error quotes the line the dead run ended with, never the new
+    run's first lines, and the log block is printed once, under the rank that failed."""
+    sb = sandbox_fleet
+    need_netns(sb)
+    pb = tmp_path / "crash.yaml"
+    pb.write_text(
+        (PLAYBOOKS / "pp2.yaml").read_text().replace("name: sb-pp2", "name: sb-crash").replace(
+            "overrides:\n",
+            "overrides:\n  env:\n    FLEET_STANDIN_FAIL: crash-after:1\n    FLEET_STANDIN_START_DELAY: '30'\n", 1,
+        )
+    )  # fmt: skip
+    try:
+        proc = fleet(sb, "up", str(pb), "--skip-preflight")
+        assert proc.returncode == 1, proc.stderr  # ExitCode.FAILED
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("fleet: error: ")]
+        assert len(errors) == 1 and "while its group was starting" in errors[0], proc.stderr
+        assert "injected failure: crash-after:1" in errors[0].split("while its group was starting")[1], errors[0]
+        blocks = [line[4:].split(":")[0] for line in proc.stderr.splitlines() if line.startswith("--- ")]
+        assert len(blocks) == 1 and blocks[0].split("/")[1] + " " in errors[0], proc.stderr
+        assert containers(sb, ("h6", "h7"), "sb-crash") == {}, "the failed group is torn down"
+    finally:
+        fleet(sb, "down", str(pb), "-q", "--break-lock")
