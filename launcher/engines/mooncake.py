@@ -56,7 +56,7 @@ def instance_size(per_gpu: str, ranks: int, source: Source, key_path: str) -> st
 
 
 def client_env(store: MooncakeStore, master: str, par: Parallelism, source: Source) -> dict[str, str]:
-    """Store-client env shared by every rank of an instance (host-specific parts come from
+    """SGLang's store-client env shared by every rank of an instance (host-specific parts come from
     :func:`launcher.network.mooncake_env`).  SGLang 0.5.23 reads MOONCAKE_LOCAL_BUFFER_SIZE nowhere
     (its store client's local buffer is a fixed 16 MB); it is rendered for the record."""
     ranks = store_ranks(par)

@@ -95,7 +95,8 @@ def speculative_config(recipe: Recipe) -> dict[str, object]:
 def kv_transfer_config(recipe: Recipe, ctx: InstanceContext) -> dict[str, object] | None:
     """NixlConnector (kv_both: the proxy decides P vs D) or MooncakeConnector (producer on
     prefill, consumer on decode); a Mooncake store adds MooncakeStoreConnector, combined with
-    the PD connector through MultiConnector."""
+    the PD connector through MultiConnector.  The store connector takes its client config from
+    the JSON file MOONCAKE_CONFIG_PATH names (the planner writes it), never from this argv."""
     connectors: list[dict[str, object]] = []
     if ctx.pd_mode is not None:
         if ctx.transfer_backend == "nixl":
