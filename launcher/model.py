@@ -439,4 +439,4 @@ class Plan:
     deployment: str
     recipe: str
     units: tuple[Unit, ...]  # sorted by (start_order, group, rank)
-    files: Mapping[str, str] = field(default_factory=dict)  # extra config files by path under the deployment dir (the gateway's conf; per unit: vLLM's Mooncake store config)
+    files: Mapping[str, str] = field(default_factory=dict)  # extra config files by path under /etc/fleet (the gateway's conf; per unit: vLLM's Mooncake store config)
