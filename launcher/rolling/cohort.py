@@ -39,7 +39,7 @@ from launcher.deploy.health import Verdict, gate
 from launcher.deploy.manifest import Manifest
 from launcher.deploy.orchestrate import Connect, Options, Session, Target, survey_host
 from launcher.deploy.remote import check
-from launcher.deploy.steps import MISSING
+from launcher.deploy.steps import MISSING, stop_argv
 from launcher.deploy.secrets import resolve
 from launcher.errors import FleetError, UsageError
 from launcher.execute.transport import Transport
@@ -156,21 +156,21 @@ def switch(
                                                       break_lock=options.break_lock), progress)  # fmt: skip
             if up.errors:
                 errors += [f"new cohort on {hosts}: {e}" for e in up.errors]
-                errors += _remove(new, connect, options, progress, action)
+                errors += _remove(new, connect, options, progress, action, at_once=True)
                 errors.append("rollout halted: the new cohort was removed; the serving cohort was never touched")
                 return _report(target, new, rp.batches, "unchanged", "failed", notes, errors, action)
         else:
             err = _revive(new, connect, options, progress)
             if err is not None:
                 errors.append(mask(f"previous cohort on {hosts}: {err}", secrets))
-                errors += _remove(new, connect, options, progress, action)
+                errors += _remove(new, connect, options, progress, action, at_once=True)
                 errors.append("rollback halted: the serving cohort was never touched")
                 return _report(target, new, rp.batches, "unchanged", "failed", notes, errors, action)
     except KeyboardInterrupt:
         # Its steps that came up are still running (start_step tears down only the step it was in).
         progress.note(f"interrupted: removing the cohort on {hosts} (it never served); the serving cohort was never "
                       f"touched")  # fmt: skip
-        _settle(f"removing the cohort on {hosts}", lambda: _remove(new, connect, options, progress, action))
+        _settle(f"removing the cohort on {hosts}", lambda: _remove(new, connect, options, progress, action, at_once=True))
         raise
 
     # 2.-4.
@@ -196,12 +196,34 @@ def _settle(what: str, clean_up: Callable[[], Sequence[str]]) -> None:
         raise FleetError(f"interrupted; {what} failed: {errors[0]}; run the same command again to finish")
 
 
-def _remove(new: Target, connect: Connect, options: RollOptions, progress: Progress, action: Action) -> tuple[str, ...]:
+def _remove(new: Target, connect: Connect, options: RollOptions, progress: Progress, action: Action, *,
+            at_once: bool = False) -> tuple[str, ...]:  # fmt: skip
     """Removes a cohort that never served: a new generation goes, ``prev/`` untouched (what the
     surge hosts kept stays a rollback's target); a revived one goes back into ``prev/``.  The
-    errors of units that could not be removed."""
+    errors of units that could not be removed.  ``at_once``: its router was never registered,
+    so nothing is in flight: every unit is killed first, without the stop grace -- a unit still
+    starting may not honor SIGTERM yet (a just-started router ignored it for the whole grace)."""
+    if at_once:
+        _kill(new, connect, options, progress)
     return orchestrate.down(new, connect, Options(forks=options.forks, break_lock=True), progress,
                             keep_prev=action != "restart").errors  # fmt: skip
+
+
+def _kill(new: Target, connect: Connect, options: RollOptions, progress: Progress) -> None:
+    """Stops every planned unit of ``new`` without a grace; best effort (``down`` after it
+    reports what could not be removed)."""
+    by_host: dict[str, list[Desired]] = {}
+    for d in new.units:
+        by_host.setdefault(d.host, []).append(d)
+
+    def kill(h: str, t: Transport) -> None:
+        orchestrate.hold(t, [(d.unit.runtime, d.name) for d in by_host[h]])
+        for d in by_host[h]:
+            progress.update(Event(host=h, unit=d.name, state="stopping"))
+            check(t, stop_argv(d.unit.runtime, d.name, None), label=f"stop {d.name}")
+
+    with Session(new.hosts, connect, options.forks) as session:
+        session.run(sorted(h for h in by_host if h in session.transports), kill)
 
 
 def _require_running(new: Target, connect: Connect, options: RollOptions, front: RouterClient, new_url: str,

@@ -17,8 +17,10 @@ b0. right after the new cohort's router joined the front, while the old one is s
 
 Then generation 6: fleet SIGKILLed with both cohort routers in the front (nothing cleans up);
 generation 7: a second Ctrl-C while fleet finishes retiring the old cohort (it stops at once);
-after each the same command finishes the switch.  Last, a stale playbook rolled with
-``--surge`` naming the serving cohort is refused untouched.
+after each the same command finishes the switch.  A stale playbook rolled with ``--surge``
+naming the serving cohort is refused untouched.  Last, ``fleet rollback --surge``: Ctrl-C while
+the revived cohort's router is restored puts the revived cohort back into prev/, and the same
+command then brings generation 6 back.
 
 After each Ctrl-C: exit 130 with ``fleet: interrupted`` as the last line and no traceback; the
 front router holds exactly one cohort router and what it serves is one generation's complete
@@ -293,7 +295,7 @@ def _one_cohort_serves(sb: Sandbox, front: Router, cli: Cli | None, results: lis
 
 
 def _converges(pd: tuple[Sandbox, str, Path, Router], args: tuple[str, ...], new: tuple[str, ...], gen: str,
-               gens: dict[str, tuple[str, ...]], *, resumed: bool) -> None:  # fmt: skip
+               gens: dict[str, tuple[str, ...]], *, resumed: bool, outcome: str = "restarted") -> None:  # fmt: skip
     """The same command again: exit 0, generation ``gen`` on ``new`` serving alone (``resumed``:
     the new cohort's router was registered already, so it only checks and finishes)."""
     sb, inventory, _, front = pd
@@ -303,7 +305,7 @@ def _converges(pd: tuple[Sandbox, str, Path, Router], args: tuple[str, ...], new
     assert doc["errors"] == [], doc
     assert any("(an interrupted switch): finishing the switch" in n for n in doc["notes"]) == resumed, doc["notes"]
     assert {(g["group"].split("/")[1], g["outcome"]) for g in doc["groups"] if g["detail"] == "new cohort"} == {
-        (g, "restarted") for g in ("prefill0", "prefill1", "decode0", "router")
+        (g, outcome) for g in ("prefill0", "prefill1", "decode0", "router")
     }, doc  # fmt: skip
     _one_cohort_serves(sb, front, None, [], new, gen, gens)
 
@@ -440,3 +442,17 @@ def test_a_switch_onto_the_serving_cohort_is_refused_untouched(pd: tuple[Sandbox
     )
     assert {(h, u): container_id(sb, h, u) for h in OLD for u in _containers(sb, h)} == before
     _one_cohort_serves(sb, front, None, [], OLD, "7", GENS)
+
+
+def test_ctrl_c_while_a_rollback_revives_its_router_puts_the_cohort_back_into_prev(pd: tuple[Sandbox, str, Path, Router]) -> None:
+    """``fleet rollback --surge`` of generation 7 (on OLD): generation 6, kept in prev/ on SURGE,
+    is revived step by step; Ctrl-C while its router is restored (its engines revived and
+    healthy) puts all of it back into prev/, so the same command then brings generation 6 back."""
+    sb, inventory, tmp, front = pd
+    pb = _moved(V2, tmp / "pd-v7-rollback.yaml", OLD, generation="7")
+    args = ("rollback", pb, "--surge", ":".join(SURGE), "--router", front.url)
+    cli, results = _interrupted(pd, "rollback", args, rf"^{SURGE[2]}/{ROUTER_UNIT}: restoring")
+    assert "cohort router" not in cli.seen_at_interrupt, "interrupted after the front router was touched"
+    assert re.search(rf"^{SURGE[0]}/\S+: healthy", cli.seen_at_interrupt, re.M), "the revived engines were up"
+    _one_cohort_serves(sb, front, cli, results, OLD, "7", GENS)
+    _converges(pd, args, SURGE, "6", GENS, resumed=False, outcome="rolled-back")
