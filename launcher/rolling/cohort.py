@@ -202,7 +202,8 @@ def _remove(new: Target, connect: Connect, options: RollOptions, progress: Progr
     surge hosts kept stays a rollback's target); a revived one goes back into ``prev/``.  The
     errors of units that could not be removed.  ``at_once``: its router was never registered,
     so nothing is in flight: every unit is killed first, without the stop grace -- a unit still
-    starting may not honor SIGTERM yet (a just-started router ignored it for the whole grace)."""
+    starting may not honor SIGTERM yet (seen: removing a router interrupted while it started waited
+    out the whole grace)."""
     if at_once:
         _kill(new, connect, options, progress)
     return orchestrate.down(new, connect, Options(forks=options.forks, break_lock=True), progress,
