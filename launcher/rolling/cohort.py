@@ -39,8 +39,8 @@ from launcher.deploy.health import Verdict, gate
 from launcher.deploy.manifest import Manifest
 from launcher.deploy.orchestrate import Connect, Options, Session, Target, survey_host
 from launcher.deploy.remote import check
-from launcher.deploy.steps import MISSING, stop_argv
 from launcher.deploy.secrets import resolve
+from launcher.deploy.steps import MISSING, stop_argv
 from launcher.errors import FleetError, UsageError
 from launcher.execute.transport import Transport
 from launcher.model import Inventory, Playbook
@@ -170,7 +170,8 @@ def switch(
         # Its steps that came up are still running (start_step tears down only the step it was in).
         progress.note(f"interrupted: removing the cohort on {hosts} (it never served); the serving cohort was never "
                       f"touched")  # fmt: skip
-        _settle(f"removing the cohort on {hosts}", lambda: _remove(new, connect, options, progress, action, at_once=True))
+        _settle(f"removing the cohort on {hosts}",
+                lambda: _remove(new, connect, options, progress, action, at_once=True))  # fmt: skip
         raise
 
     # 2.-4.
@@ -238,9 +239,10 @@ def _require_running(new: Target, connect: Connect, options: RollOptions, front:
         whole = all(g.action == "unchanged" for g in orchestrate.decide(new.units, surveys, new.secrets).groups)
     else:
         whole = all(
-            surveys[d.host].manifests.get(d.name) is not None and surveys[d.host].live.get(d.name, MISSING).state == "running"
+            surveys[d.host].manifests.get(d.name) is not None
+            and surveys[d.host].live.get(d.name, MISSING).state == "running"
             for d in new.units
-        )  # fmt: skip
+        )
     if whole:
         return
     where = ", ".join(sorted({d.host for d in new.units}))
