@@ -11,6 +11,11 @@ previous one is put back from ``prev/`` and started, gated and re-registered; th
 and the batches not yet reached are never touched.  ``rollback`` swaps every group back to the
 generation kept in ``prev/``, rolling the same way.
 
+Ctrl-C puts the interrupted batch back in service before exiting (see :meth:`_Rollout.run`).  A
+rollout (re-)started finds groups that run but are in none of its routers -- left out by a
+rollout that was interrupted or killed -- and registers them in the routers that serve the
+deployment before any batch takes capacity out.
+
 Contract: the deploy lock is held on every host for the whole rollout; the report names what
 happened to every group; errors are one line each.  HTTP to engines goes from their own host
 (over the SSH transport); routers are reached as their :class:`RouterClient` says.
@@ -25,9 +30,10 @@ from launcher.deploy import lock, orchestrate
 from launcher.deploy.desired import Desired, step_of
 from launcher.deploy.health import Verdict, gate
 from launcher.deploy.manifest import Manifest
-from launcher.deploy.orchestrate import Connect, GroupChange, Options, Session, Survey, Target
+from launcher.deploy.fan import first_error
+from launcher.deploy.orchestrate import Connect, GroupChange, Options, Session, Survey, Target, survey_host
 from launcher.deploy.remote import check
-from launcher.deploy.steps import stop_argv
+from launcher.deploy.steps import MISSING, stop_argv
 from launcher.errors import ExitCode, FleetError, UsageError
 from launcher.execute.transport import Transport
 from launcher.output import Event, Progress, QuietProgress, mask
@@ -149,18 +155,30 @@ class _Rollout:
         self.notes: list[str] = list(plan.notes)
         self.details: dict[str, str] = {}
         self.no_counter: set[str] = set()
-        self.taken: dict[str, list[RouterClient]] = {}
         self.restored_gen: dict[str, int] = {}
+        # Routers serving the deployment: a home for groups found in none (see _adopt).
+        self.serving: tuple[RouterClient, ...] = ()
+        # The current batch: each group's routers (taken before any is taken out), the groups
+        # whose take-out began, and those back in service (new or restored generation).
+        self.homes: dict[str, tuple[RouterClient, ...]] = {}
+        self.out: set[str] = set()
+        self.back: set[str] = set()
 
     # -- the loop
 
     def run(self) -> RollReport:
+        """The rollout.  Ctrl-C (KeyboardInterrupt) in a batch puts that batch back in service
+        first -- each of its groups on its new generation if that runs healthy, else on the
+        previous one (from prev/), and back in its routers -- then re-raises; a second Ctrl-C
+        abandons that.  If putting it back fails, that is raised instead (one line, exit 1)."""
         hosts = sorted({h.name for h in self.target.hosts})
         surveys = orchestrate.survey_all(self.target, self.session, hosts)
         decision = orchestrate.decide(self.target.units, surveys, self.target.secrets)
         changing = {g.group for g in decision.changing}
         if not self.routers:
             self.notes.append("no router given (--router): groups are not taken out of a load balancer")
+        else:
+            self._adopt(surveys)
         for name, why in self.plan.skipped:
             self._report(name, 0, "skipped", detail=why, surveys=surveys)
         halted = False
@@ -185,7 +203,11 @@ class _Rollout:
                 continue
             # The first survey stays right for every group not restarted yet (each restarts once).
             self.progress.note(f"batch {i}/{total}: {', '.join(g.name for g in groups)}")
-            halted = not self._batch(i, groups, surveys)
+            try:
+                halted = not self._batch(i, groups, surveys)
+            except KeyboardInterrupt:
+                self._interrupted(i, groups, surveys)
+                raise
         if self.options.only_changed and not halted:
             self._infra(decision.changing, surveys)
         if self.no_counter:
@@ -206,7 +228,8 @@ class _Rollout:
         except RouterError as err:
             self.errors.append(f"batch {i}: {err}")
             for g in groups:
-                self._put_back(g, self.taken.pop(g.name, ()))
+                if g.name in self.out:
+                    self._put_back(g, self.homes.get(g.name, ()))
                 self._report(g.name, i, "skipped", surveys=surveys, detail="router failed; not restarted")
             self.errors.append(f"rollout halted at batch {i}/{len(self.plan.batches)}: later batches not touched")
             return False
@@ -224,6 +247,7 @@ class _Rollout:
                 outcome: GroupOutcome = "restarted" if self.action == "restart" else "rolled-back"
                 if not self._put_back(g, registered.get(g.name, ())):
                     ok = False  # healthy but not serving: do not take more capacity out
+                self.back.add(g.name)
                 self._report(g.name, i, outcome, drain=how, surveys=surveys, after=True)
                 continue
             ok = False
@@ -234,6 +258,7 @@ class _Rollout:
                 back = self._restore(g, surveys)
                 if back.healthy:
                     self._put_back(g, registered.get(g.name, ()))
+                    self.back.add(g.name)
                     gen = _gen(surveys, self.desired[g.name])
                     self._report(g.name, i, "restored", drain=how, surveys=surveys,
                                  detail=f"previous generation {gen if gen is not None else '?'} restored and healthy")  # fmt: skip
@@ -252,41 +277,85 @@ class _Rollout:
             return None
         return leader.health.url.rsplit("/", 1)[0]
 
+    def _own(self, r: RouterClient) -> bool:
+        """``r`` is the deployment's own router unit (whose workers are all its groups)."""
+        hosts = {h.name: h for h in self.target.hosts}
+        return any(
+            d.unit.role == "router" and "router" in d.unit.ports and d.host in hosts
+            and r.base == f"http://{hosts[d.host].address}:{d.unit.ports['router']}"
+            for d in self.target.units
+        )  # fmt: skip
+
+    def _adopt(self, surveys: Mapping[str, Survey]) -> None:
+        """Finds the routers serving the deployment (its own router; any other that holds one
+        of its groups) and registers there every group that runs but is in none of the routers
+        (left out by an interrupted or killed rollout), before a batch takes capacity out."""
+        listed = {r.base: {w.url.rstrip("/") for w in r.workers()} for r in self.routers}
+        urls = {g.name: self._url(g) for g in self.plan.groups}
+        self.serving = tuple(
+            r for r in self.routers if self._own(r) or any(u is not None and u in listed[r.base] for u in urls.values())
+        )
+        for g in self.plan.groups:
+            url = urls[g.name]
+            if url is None or not self.serving or any(url in listed[r.base] for r in self.routers):
+                continue
+            live = [surveys[d.host].live.get(d.name, MISSING).state for d in self.desired[g.name]]
+            if any(state != "running" for state in live):
+                continue  # not running: its batch restarts it into these routers
+            self.notes.append(f"group {g.name} ran outside its routers (an interrupted rollout?): registered again in "
+                              f"{', '.join(r.base for r in self.serving)}")  # fmt: skip
+            self._put_back(g, self.serving)
+
     def _take_out(self, groups: Sequence[RollGroup]) -> dict[str, tuple[RouterClient, ...]]:
-        """Deregisters each group from the routers it is in; on a router error the ones taken
-        out so far are in ``self.taken`` (to be put back)."""
-        self.taken = {}
+        """Deregisters each group from the routers it is in (a group in none: from nothing; it
+        goes back into the routers serving the deployment); returns each group's routers.
+        ``homes``/``out`` say what was taken out so far (a router error or Ctrl-C midway)."""
+        self.homes, self.out, self.back = {}, set(), set()
+        for g in groups:
+            url = self._url(g)
+            if url is not None:
+                self.homes[g.name] = tuple(r for r in self.routers if r.find(url) is not None) or self.serving
         for g in groups:
             url = self._url(g)
             if url is None:
                 continue
-            found: list[RouterClient] = []
-            self.taken[g.name] = found
-            for r in self.routers:
-                if r.remove(url):
-                    found.append(r)
-                    self.progress.update(Event(host=g.hosts[0], unit=g.name, state="out of router", detail=r.base))
+            self.out.add(g.name)
+            found = [r for r in self.homes[g.name] if r.remove(url)]
+            for r in found:
+                self.progress.update(Event(host=g.hosts[0], unit=g.name, state="out of router", detail=r.base))
             for r in found:
                 r.wait(url, present=False, timeout_s=self.options.register_timeout_s)
-        out = {k: tuple(v) for k, v in self.taken.items()}
-        self.taken = {}
-        return out
+        return dict(self.homes)
 
     def _put_back(self, g: RollGroup, routers: Sequence[RouterClient]) -> bool:
         """Registers the group again where it was; False (and an error) if a router refused."""
-        url = self._url(g)
-        if url is None:
-            return True
         fine = True
         for r in routers:
             try:
-                r.add(url)
-                r.wait(url, present=True, timeout_s=self.options.register_timeout_s)
-                self.progress.update(Event(host=g.hosts[0], unit=g.name, state="back in router", detail=r.base))
+                self._join(g, r)
             except RouterError as err:
                 self.errors.append(f"group {g.name}: not back in its router: {err}")
                 fine = False
         return fine
+
+    def _join(self, g: RollGroup, r: RouterClient, *, settle: bool = False) -> None:
+        """``g`` registered in ``r`` and healthy there.  ``settle``: after Ctrl-C, a
+        deregistration the router queued may still be pending -- it is made to happen first,
+        and an add the router refuses because one is already queued is waited for instead."""
+        url = self._url(g)
+        if url is None:
+            return
+        if settle:
+            r.remove(url)
+            r.wait(url, present=False, timeout_s=self.options.register_timeout_s)
+        if r.find(url) is None:
+            try:
+                r.add(url)
+            except RouterError:
+                if not settle:
+                    raise  # after Ctrl-C an add of ours may be queued already: waited for below
+        r.wait(url, present=True, timeout_s=self.options.register_timeout_s)
+        self.progress.update(Event(host=g.hosts[0], unit=g.name, state="back in router", detail=r.base))
 
     def _drain(self, groups: Sequence[RollGroup]) -> dict[str, Drained]:
         probes: dict[str, Callable[[], int | None]] = {}
@@ -395,19 +464,11 @@ class _Rollout:
         return verdicts
 
     def _run_and_gate(self, g: RollGroup, fn: Callable[[str, Transport], None]) -> Verdict:
-        units = self.desired[g.name]
         results = self.session.run(self._hosts([g]), fn)
         err = next((r for r in results.values() if isinstance(r, FleetError)), None)
         if err is not None:
             return Verdict(error=err)
-        by_group: dict[str, list[Desired]] = {}
-        for d in units:
-            by_group.setdefault(d.unit.group, []).append(d)
-        verdicts = gate(
-            by_group, self.session.transports, timeout_override=self.options.timeout_s, forks=self.session.forks,
-            progress=self.progress,
-        )  # fmt: skip
-        return _merge(list(verdicts.values()))
+        return self._gate(g)
 
     def _infra(self, changing: Sequence[GroupChange], surveys: Mapping[str, Survey]) -> None:
         """`fleet up` (rolling): changed router / Mooncake / gateway groups restart after the
@@ -428,6 +489,103 @@ class _Rollout:
                     self._report(name, 0, "failed", surveys=surveys)
             if any(not verdicts[c.group].healthy for c in batch):
                 return
+
+    # -- Ctrl-C
+
+    def _interrupted(self, i: int, groups: Sequence[RollGroup], surveys: Mapping[str, Survey]) -> None:
+        """After Ctrl-C in batch ``i``: each of its groups taken out of its routers is put back
+        in service.  Raises a one-line :class:`FleetError` if that fails."""
+        todo = [g for g in groups if g.name in self.out and g.name not in self.back]
+        if not todo:
+            return
+        names = ", ".join(g.name for g in todo)
+        self.progress.note(f"interrupted in batch {i}/{len(self.plan.batches)}: putting {names} back in service first "
+                           f"(Ctrl-C again stops now; the same command run again then finishes it)")  # fmt: skip
+        done = []
+        for g in todo:
+            try:
+                done.append(f"{g.name} on {self._back_in_service(g, surveys)}")
+            except FleetError as err:
+                raise FleetError(mask(f"interrupted; putting {g.name} back in service failed: {err}; run the same "
+                                      f"command again to finish", self.secrets)) from None  # fmt: skip
+        self.progress.note(f"back in service: {', '.join(done)}")
+
+    def _back_in_service(self, g: RollGroup, surveys: Mapping[str, Survey]) -> str:
+        """``g`` running healthy -- as it runs now if it does, else on the generation it ran
+        before this rollout (from prev/ if a new one was installed) -- and back in its routers.
+        Decided on what its hosts say now: the interrupt may have come before or after any step.
+        Returns which generation serves."""
+        units = self.desired[g.name]
+        now = self._survey(g)
+        healthy = False
+        if all(now[d.host].live.get(d.name, MISSING).state == "running" for d in units):
+            healthy = self._gate(g).healthy
+        before = _gen(surveys, units)
+        current = next((m.generation for d in units if (m := now[d.host].manifests.get(d.name)) is not None), None)
+        if not healthy:
+            v = self._revert(g, surveys, now)
+            if not v.healthy:
+                raise v.error or FleetError(f"group {g.name} did not become healthy")
+            current = before
+        for r in self.homes.get(g.name, ()):
+            self._join(g, r, settle=True)
+        self.back.add(g.name)
+        if current == before:
+            return f"generation {current} (as before)"
+        return f"generation {current} (new)"
+
+    def _survey(self, g: RollGroup) -> dict[str, Survey]:
+        units = self.desired[g.name]
+        found = self.session.run(self._hosts([g]), lambda h, t: survey_host(t, h, self.target.deployment, units))
+        err = first_error(found)
+        if err is not None:
+            raise err
+        return {h: s for h, s in found.items() if isinstance(s, Survey)}
+
+    def _gate(self, g: RollGroup) -> Verdict:
+        by_group: dict[str, list[Desired]] = {}
+        for d in self.desired[g.name]:
+            by_group.setdefault(d.unit.group, []).append(d)
+        verdicts = gate(
+            by_group, self.session.transports, timeout_override=self.options.timeout_s, forks=self.session.forks,
+            progress=self.progress,
+        )  # fmt: skip
+        return _merge(list(verdicts.values()))
+
+    def _revert(self, g: RollGroup, surveys: Mapping[str, Survey], now: Mapping[str, Survey]) -> Verdict:
+        """Every rank of ``g`` stopped at once on every host first (nothing is routed to it, and
+        no rank may meet one of another generation), then the generation the rollout found put
+        back where another one is installed (from prev/, which must hold it), started, gated."""
+        units = self.desired[g.name]
+        olds = {d.name: surveys[d.host].manifests.get(d.name) for d in units}
+        if any(m is None for m in olds.values()):
+            return Verdict(error=FleetError(f"group {g.name} had no previous generation on every rank"))
+        self.progress.note(f"group {g.name}: back to generation {_gen(surveys, units)}")
+
+        def stop(h: str, t: Transport) -> None:
+            mine = [d for d in units if d.host == h]
+            orchestrate.hold(t, [(d.unit.runtime, d.name) for d in mine])
+            for d in reversed(mine):
+                self.progress.update(Event(host=h, unit=d.name, state="stopping"))
+                check(t, stop_argv(d.unit.runtime, d.name, None), label=f"stop {d.name}")
+
+        def back(h: str, t: Transport) -> None:
+            for d in units:
+                if d.host != h:
+                    continue
+                old, cur = olds[d.name], now[h].manifests.get(d.name)
+                assert old is not None
+                if cur is None or cur.render_hash != old.render_hash:
+                    kept = restore.read_prev(t, d.dir)
+                    if kept is None or kept.render_hash != old.render_hash:
+                        raise FleetError(f"{h}: {d.dir}/prev does not hold generation {old.generation}")
+                    restore.swap(t, d.dir, cur.files if cur is not None else d.owned, kept)
+                self.progress.update(Event(host=h, unit=d.name, state="restoring", detail=f"generation {old.generation}"))
+                for argv in restore.start_argvs(old, d.dir):
+                    check(t, argv, secrets=self.secrets)
+
+        err = first_error(self.session.run(self._hosts([g]), stop))
+        return Verdict(error=err) if err is not None else self._run_and_gate(g, back)
 
     # -- bookkeeping
 
