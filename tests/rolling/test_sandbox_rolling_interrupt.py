@@ -1,0 +1,225 @@
+"""Ctrl-C during a regular (non-PD) rolling restart, through the real ``fleet restart PB
+--rolling --max-unavailable 2`` in a subprocess that gets SIGINT at a moment read from its
+progress lines: four single-node replicas (h1..h4) behind the deployment's own router (the real
+sglang-router 0.3.2 as a fleet unit on h5, drained through without ``--router``), a load
+generator sending short requests and streams through that router the whole time.  Batches:
+(single0, single1), then (single2, single3).
+
+Moments, in order on one sandbox (each case starts from the state the previous one left and
+rolls the next generation label):
+
+a.  batch 2 drained out of the router, before anything stopped (its ``draining`` line);
+b.  batch 2's new generation starting (its ``starting`` line: start or health gate);
+b2. batch 1's new generation healthy, before it is back in the router;
+c.  between batches (batch 1 back in the router; batch 2 not stopped yet);
+k.  fleet SIGKILLed while batch 2 is drained out of the router (nothing cleans up): the same
+    command (with ``--break-lock``: the killed run's deploy locks stay) registers the two
+    replicas it finds running outside the router again, then rolls.
+
+After each Ctrl-C: exit 130, ``fleet: interrupted`` last and no traceback; every replica runs
+(one running container per host), healthy, on the generation expected (a batch interrupted
+before its new generation was healthy is back on the one it ran; one interrupted after keeps
+the new one), and is registered and healthy in the router; requests are answered by the
+generation each host runs; no deploy lock and no fleet SSH connection left (connections matched
+by both ends).  Then the same command exits 0 with every replica on the new generation.
+
+The load rule: no request fails.  A replica is stopped only after it left the router and
+drained; the interrupt either finds it still running (it goes back in as it is) or stopped (it
+is restarted on a generation before it goes back), so nothing routed to it is cut.
+
+Run (root, ~4 min): ``FLEET_SANDBOX_NAME=rollint1 python -m pytest -x -q tests/rolling/test_sandbox_rolling_interrupt.py``
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import yaml
+
+from launcher.cli.deploy import load_target
+from launcher.deploy.status import status
+from launcher.execute.hostkeys import KnownHosts
+from launcher.execute.ssh import SshConnector
+from launcher.rolling.router_api import RouterClient
+from launcher.sandbox.client import Sandbox
+from tests.rolling.conftest import PLAYBOOKS, fleet, ok
+from tests.rolling.loadgen import LoadGen, Outcome
+from tests.rolling.test_sandbox_pd_interrupt import Cli, _conns, _peers, _until
+
+pytestmark = pytest.mark.sandbox
+
+DEPLOYMENT = "sb-rri"
+HOSTS = ("h1", "h2", "h3", "h4")
+ROUTER_HOST = "h5"
+HTTP_PORT, ROUTER_PORT = 31300, 8300
+UNITS = {h: f"fleet-{DEPLOYMENT}-single{i}-r0" for i, h in enumerate(HOSTS)}
+GROUPS = {h: f"{DEPLOYMENT}/single{i}" for i, h in enumerate(HOSTS)}
+
+
+def _playbook(tmp: Path, gen: int) -> str:
+    """rolling-router.yaml as its own deployment (name, ports) with generation label ``gen``."""
+    doc = yaml.safe_load((PLAYBOOKS / "rolling-router.yaml").read_text())
+    doc["name"] = DEPLOYMENT
+    doc["ports"] = {"http": HTTP_PORT, "router": ROUTER_PORT, "router_metrics": 29300}
+    doc["overrides"]["env"]["FLEET_GENERATION"] = str(gen)
+    path = tmp / f"rri-v{gen}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return str(path)
+
+
+Setup = tuple[Sandbox, Path, str]
+
+
+@pytest.fixture(scope="module")
+def deployed(sandbox_fleet: Sandbox, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    """Generation 1 on h1..h4 behind its router on h5."""
+    sb = sandbox_fleet
+    tmp = tmp_path_factory.mktemp("rolling-interrupt")
+    first = _playbook(tmp, 1)
+    try:
+        ok(fleet(sb, "up", first, "--skip-preflight", "--quiet"))
+        yield sb, tmp, f"http://{sb.host(ROUTER_HOST).address}:{ROUTER_PORT}"
+    finally:
+        fleet(sb, "down", first, "--quiet")
+
+
+def _args(tmp: Path, gen: int) -> tuple[str, ...]:
+    return ("restart", _playbook(tmp, gen), "--rolling", "--max-unavailable", "2")
+
+
+def _worker(sb: Sandbox, h: str) -> str:
+    return f"http://{sb.host(h).data_ip}:{HTTP_PORT}"
+
+
+def _interrupted(setup: Setup, name: str, args: tuple[str, ...], moment: str) -> tuple[Cli, list[Outcome]]:
+    """Runs ``fleet args`` under load; Ctrl-C when a progress line matches ``moment``; exit 130."""
+    sb, tmp, router = setup
+    load = LoadGen(router, workers=8, stream_every=4, stream_tokens=200).start()
+    cli = Cli(sb, sb.inventory, tmp, name, *args)
+    try:
+        cli.wait_line(moment)
+        rc = cli.interrupt()
+    finally:
+        cli.close()
+        results = load.stop(at_least=50)
+    assert rc == 130, cli.stderr
+    assert "Traceback" not in cli.stderr, cli.stderr
+    assert cli.stderr.splitlines()[-1] == "fleet: interrupted", cli.stderr
+    assert load.failures == [], [(r.error, r.status) for r in load.failures[:5]]
+    return cli, results
+
+
+def _serving(setup: Setup, gens: dict[str, int], cli: Cli | None) -> None:
+    """Every replica runs whole and healthy on ``gens[host]`` (its manifest, and the answers it
+    gives through the router), registered and healthy in the router; the router runs; no deploy
+    lock left; none of ``cli``'s SSH connections left on any host."""
+    sb, tmp, router = setup
+    target = load_target(_playbook(tmp, 1), sb.inventory, None, None)
+    with SshConnector(KnownHosts.for_operator((sb.known_hosts,), trust_new=False)) as c:
+        rows = {r.host: (r.state, r.health, r.generation) for r in status(target, c.connect)}
+    assert {h: rows[h] for h in HOSTS} == {h: ("running", "ok", gens[h]) for h in HOSTS}, rows
+    assert rows[ROUTER_HOST][:2] == ("running", "ok"), rows
+    assert {w.url: w.healthy for w in RouterClient(router).workers()} == {_worker(sb, h): True for h in HOSTS}
+    for h in (*HOSTS, ROUTER_HOST):
+        res = sb.ssh(h, f"docker ps -q --filter status=running --filter label=fleet.deployment={DEPLOYMENT}")
+        assert len(res.out.split()) == 1, (h, res.out)
+        assert sb.ssh(h, f"test -e /run/lock/fleet/{DEPLOYMENT}").rc != 0, f"{h}: deploy lock left"
+    if cli is not None:
+        assert cli.conns, "no connection of fleet seen while it settled"
+        mine = _conns(os.getpid())  # this test's own cached SSH connections
+        for h in (*HOSTS, ROUTER_HOST):
+            _until(f"{h}: fleet's SSH connections closed", lambda h=h: not (_peers(sb, h) - mine) & cli.conns)  # type: ignore[misc]
+    after = LoadGen(router, workers=4, stream_every=4, stream_tokens=20).start().stop(at_least=40)
+    assert after and all(r.ok for r in after), [r.error for r in after if not r.ok][:5]
+    assert {(r.host, r.generation) for r in after} <= {(h, str(gens[h])) for h in HOSTS}
+
+
+def _converges(setup: Setup, args: tuple[str, ...], gen: int, *extra: str) -> dict[str, object]:
+    """The same command again, under load: exit 0, every replica restarted onto ``gen``."""
+    sb, _, router = setup
+    load = LoadGen(router, workers=8, stream_every=4, stream_tokens=200).start()
+    try:
+        proc = fleet(sb, *args, *extra, "--json")
+    finally:
+        results = load.stop(at_least=50)
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
+    doc: dict[str, object] = json.loads(proc.stdout)
+    assert doc["errors"] == [], doc
+    rows = [(g["group"], g["outcome"], g["generation_after"]) for g in doc["groups"]]  # type: ignore[attr-defined]
+    assert rows == [*((GROUPS[h], "restarted", gen) for h in HOSTS), (f"{DEPLOYMENT}/router", "skipped", 1)], rows
+    assert load.failures == [], [(r.error, r.status) for r in load.failures[:5]]
+    _serving(setup, {h: gen for h in HOSTS}, None)
+    return doc
+
+
+def _unit_line(h: str, state: str) -> str:
+    return rf"^{h}/{re.escape(UNITS[h])}: {state}"
+
+
+def _group_line(h: str, state: str) -> str:
+    return rf"^{h}/{re.escape(GROUPS[h])}: {state}"
+
+
+def test_ctrl_c_while_a_batch_is_drained_puts_it_back_as_it_runs(deployed: Setup) -> None:
+    sb, tmp, _ = deployed
+    args = _args(tmp, 2)
+    cli, _ = _interrupted(deployed, "a", args, _group_line("h3", "draining"))
+    assert not re.search(_unit_line("h3", "stopping"), cli.seen_at_interrupt, re.M), "interrupted after h3 stopped"
+    assert re.search(r"^interrupted in batch 2/2: putting sb-rri/single2, sb-rri/single3 back in service first", cli.stderr, re.M)
+    assert re.search(r"^back in service: sb-rri/single2 on generation 1 \(as before\), sb-rri/single3 on generation 1 "
+                     r"\(as before\)$", cli.stderr, re.M), cli.stderr  # fmt: skip
+    _serving(deployed, {"h1": 2, "h2": 2, "h3": 1, "h4": 1}, cli)
+    _converges(deployed, args, 2)
+
+
+def test_ctrl_c_while_the_new_generation_starts_restores_the_previous(deployed: Setup) -> None:
+    sb, tmp, _ = deployed
+    args = _args(tmp, 3)
+    cli, _ = _interrupted(deployed, "b", args, _unit_line("h3", "starting"))
+    assert not re.search(_unit_line("h3", "healthy"), cli.seen_at_interrupt, re.M), "interrupted after h3 was healthy"
+    assert "group sb-rri/single2: back to generation 2" in cli.stderr, cli.stderr
+    _serving(deployed, {"h1": 3, "h2": 3, "h3": 2, "h4": 2}, cli)
+    _converges(deployed, args, 3)
+
+
+def test_ctrl_c_after_the_new_generation_is_healthy_keeps_it(deployed: Setup) -> None:
+    sb, tmp, _ = deployed
+    args = _args(tmp, 4)
+    cli, _ = _interrupted(deployed, "b2", args, _unit_line("h1", "healthy"))
+    assert not re.search(_group_line("h1", "back in router"), cli.seen_at_interrupt, re.M), "h1 was back already"
+    assert "back to generation" not in cli.stderr, cli.stderr
+    _serving(deployed, {"h1": 4, "h2": 4, "h3": 3, "h4": 3}, cli)
+    _converges(deployed, args, 4)
+
+
+def test_ctrl_c_between_batches_leaves_every_replica_serving(deployed: Setup) -> None:
+    sb, tmp, _ = deployed
+    args = _args(tmp, 5)
+    cli, _ = _interrupted(deployed, "c", args, _group_line("h2", "back in router"))
+    assert not re.search(_unit_line("h3", "stopping"), cli.stderr, re.M), "batch 2 was stopped"
+    _serving(deployed, {"h1": 5, "h2": 5, "h3": 4, "h4": 4}, cli)
+    _converges(deployed, args, 5)
+
+
+def test_killed_while_drained_the_same_command_puts_the_replicas_back(deployed: Setup) -> None:
+    """SIGKILL while batch 2 is out of the router: nothing puts it back; the same command
+    (``--break-lock``: the dead run's locks stay) registers both replicas first, then rolls."""
+    sb, tmp, router = deployed
+    args = _args(tmp, 6)
+    cli = Cli(sb, sb.inventory, tmp, "kill", *args)
+    try:
+        cli.wait_line(_group_line("h3", "draining"))
+        cli.kill()
+    finally:
+        cli.close()
+    listed = {w.url for w in RouterClient(router).workers()}
+    assert listed == {_worker(sb, h) for h in ("h1", "h2")}, listed
+    doc = _converges(deployed, args, 6, "--break-lock")
+    notes = [n for n in doc["notes"] if "ran outside its routers" in n]  # type: ignore[attr-defined]
+    assert [n.split()[1] for n in notes] == [GROUPS["h3"], GROUPS["h4"]], doc["notes"]
+
