@@ -14,7 +14,9 @@ b2. batch 1's new generation healthy, before it is back in the router;
 c.  between batches (batch 1 back in the router; batch 2 not stopped yet);
 k.  fleet SIGKILLed while batch 2 is drained out of the router (nothing cleans up): the same
     command (with ``--break-lock``: the killed run's deploy locks stay) registers the two
-    replicas it finds running outside the router again, then rolls.
+    replicas it finds running outside the router again, then rolls;
+e.  a second Ctrl-C while fleet puts batch 2's previous generation back: it stops at once, and
+    the same command restarts what it left into the router with the rest.
 
 After each Ctrl-C: exit 130, ``fleet: interrupted`` last and no traceback; every replica runs
 (one running container per host), healthy, on the generation expected (a batch interrupted
@@ -223,3 +225,29 @@ def test_killed_while_drained_the_same_command_puts_the_replicas_back(deployed: 
     notes = [n for n in doc["notes"] if "ran outside its routers" in n]  # type: ignore[attr-defined]
     assert [n.split()[1] for n in notes] == [GROUPS["h3"], GROUPS["h4"]], doc["notes"]
 
+
+
+def test_a_second_ctrl_c_while_restoring_leaves_it_for_the_same_command(deployed: Setup) -> None:
+    """Ctrl-C while batch 2's new generation starts, and again while fleet puts the previous
+    one back: exit 130 at once (batch 2 may be left stopped, out of the router; no lock left);
+    the same command then restarts it into the router with the rest."""
+    sb, tmp, router = deployed
+    args = _args(tmp, 7)
+    load = LoadGen(router, workers=8, stream_every=4, stream_tokens=200).start()
+    cli = Cli(sb, sb.inventory, tmp, "twice", *args)
+    try:
+        cli.wait_line(_unit_line("h3", "starting"))
+        cli.sigint()
+        cli.wait_line(r"^group sb-rri/single2: back to generation 6$")
+        rc = cli.interrupt()
+    finally:
+        cli.close()
+        load.stop(at_least=50)
+    assert rc == 130, cli.stderr
+    assert "Traceback" not in cli.stderr, cli.stderr
+    assert cli.stderr.splitlines()[-1] == "fleet: interrupted", cli.stderr
+    assert "back in service:" not in cli.stderr, cli.stderr
+    assert load.failures == [], [(r.error, r.status) for r in load.failures[:5]]
+    for h in (*HOSTS, ROUTER_HOST):
+        assert sb.ssh(h, f"test -e /run/lock/fleet/{DEPLOYMENT}").rc != 0, f"{h}: deploy lock left"
+    _converges(deployed, args, 7)
