@@ -138,20 +138,23 @@ def pids(sb: Sandbox, host: str, mark: str) -> list[str]:
     return res.out.split()
 
 
-def local_conns(pid: int) -> set[str]:
-    """``ip:port`` of the established TCP connections process ``pid`` (here) has open."""
+def local_conns(pid: int) -> set[tuple[str, str]]:
+    """``(local, far end)`` ``ip:port`` pairs of the established TCP connections process ``pid``
+    (here) has open."""
     out = subprocess.run(["ss", "-tnpH", "state", "established"], capture_output=True, text=True, check=True).stdout
-    return {line.split()[2] for line in out.splitlines() if f"pid={pid}," in line}
+    return {(line.split()[2], line.split()[3]) for line in out.splitlines() if f"pid={pid}," in line}
 
 
-def peers(sb: Sandbox, host: str) -> set[str]:
-    """``ip:port`` of the far ends of ``host``'s established TCP connections."""
+def peers(sb: Sandbox, host: str) -> set[tuple[str, str]]:
+    """``host``'s established TCP connections as ``(far end, its end)``, the order
+    :func:`local_conns` sees them in: pairs, since another process here may use the same local
+    port towards another address."""
     res = sb.ssh(host, "ss -tnH state established")
     assert res.rc == 0, res.err
-    return {line.split()[3] for line in res.out.splitlines()}
+    return {(line.split()[3], line.split()[2]) for line in res.out.splitlines()}
 
 
-def no_trace_left(sb: Sandbox, conns: set[str]) -> None:
+def no_trace_left(sb: Sandbox, conns: set[tuple[str, str]]) -> None:
     """Nothing of the deployment runs, no lock is held, and no host still has one of fleet's
     connections ``conns`` (the kernel closes them when fleet exits; sshd takes moments)."""
     for h in HOSTS:
@@ -160,7 +163,7 @@ def no_trace_left(sb: Sandbox, conns: set[str]) -> None:
         wait_for(f"{h}: fleet's ssh connections closed", lambda: not peers(sb, h) & conns)
 
 
-def fleet_ssh(sb: Sandbox, fleet: Fleet) -> set[str]:
+def fleet_ssh(sb: Sandbox, fleet: Fleet) -> set[tuple[str, str]]:
     """fleet's connections; each host has one of them open (so they are what is checked)."""
     conns = local_conns(fleet.proc.pid)
     for h in HOSTS:
@@ -213,7 +216,7 @@ def test_ctrl_c_in_preflight_gate_starts_nothing(sb: Sandbox, tmp_path: Path) ->
     originals = {h: w.read_text() for h, w in wrappers.items()}
     for h, w in wrappers.items():
         hang = f"touch /run/{marker}; python3 -c 'import time; time.sleep(30)' {marker}\n"
-        w.write_text(originals[h].replace("exec ", hang + "exec ", 1))
+        w.write_text(originals[h].replace("#!/bin/sh\n", "#!/bin/sh\n" + hang, 1))
     try:
         fleet = Fleet(sb, tmp_path, "up", str(playbook(tmp_path, 0)))
         try:
