@@ -3,12 +3,14 @@ keys (paramiko, the generated known_hosts, RejectPolicy), one cached connection 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass
 
 from launcher.execute.sshlib import paramiko
-
 from launcher.sandbox.state import HostState, SandboxState
+
+CLOSE_TIMEOUT_S = 10.0  # per connection; then its socket is shut under it
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,7 +78,17 @@ class Sandbox:
         return Result(rc=stdout.channel.recv_exit_status(), out=out, err=err)
 
     def close(self) -> None:
+        """Closes the cached connections without ever hanging a test's teardown: a paramiko
+        close has been seen to block for good, so each gets ``CLOSE_TIMEOUT_S`` in a daemon
+        thread, and a close still blocked then has its socket shut down under it."""
         with self._lock:
-            for c in self._clients.values():
-                c.close()
+            clients = list(self._clients.values())
             self._clients.clear()
+        for client in clients:
+            closer = threading.Thread(target=client.close, name="sandbox-ssh-close", daemon=True)
+            closer.start()
+            closer.join(CLOSE_TIMEOUT_S)
+            transport = client.get_transport()
+            if closer.is_alive() and transport is not None:
+                with contextlib.suppress(OSError):
+                    transport.sock.close()
