@@ -22,16 +22,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
-from typing import IO, Callable, Iterator
+from typing import Callable, Iterator
 
 import pytest
 
 from launcher.sandbox.client import Sandbox
+from tests.cli_process import CliProcess, local_conns, peers
 
 pytestmark = pytest.mark.sandbox
 
@@ -62,48 +62,21 @@ def run(sb: Sandbox, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv(sb, *args), capture_output=True, text=True, timeout=120, cwd=REPO)
 
 
-class Fleet:
-    """``fleet`` running in its own process group; stdout and stderr go to files."""
+class Fleet(CliProcess):
+    """``fleet ARGS`` against the sandbox, in its own process group."""
 
     def __init__(self, sb: Sandbox, tmp_path: Path, *args: str, name: str = "fleet") -> None:
-        self.out_path, self.err_path = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
-        self._out: IO[bytes] = self.out_path.open("wb")
-        self._err: IO[bytes] = self.err_path.open("wb")
-        # SIGINT back to its default: a shell running pytest in the background ignores it, and
-        # the child would inherit that.
-        self.proc = subprocess.Popen(
-            argv(sb, *args), stdout=self._out, stderr=self._err, cwd=REPO, start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        )  # fmt: skip
-
-    @property
-    def stdout(self) -> str:
-        return self.out_path.read_text()
-
-    @property
-    def stderr(self) -> str:
-        return self.err_path.read_text()
+        super().__init__(argv(sb, *args), tmp_path, name)
 
     def interrupt(self) -> int:
         """SIGINT, as Ctrl-C sends it; the exit status (fails if fleet outlives ``EXIT_S``)."""
-        assert self.proc.poll() is None, f"fleet ended before Ctrl-C:\n{self.stdout}\n{self.stderr}"
-        self.proc.send_signal(signal.SIGINT)
+        self.sigint()
         try:
             rc = self.proc.wait(timeout=EXIT_S)
         except subprocess.TimeoutExpired:
             raise AssertionError(f"fleet still running {EXIT_S:g}s after SIGINT:\n{self.stderr}") from None
-        # Anything fleet started (in its process group) is gone with it.
-        with pytest.raises(ProcessLookupError):
-            os.killpg(self.proc.pid, 0)
+        assert self.group_gone(), "something fleet started (in its process group) outlived it"
         return rc
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        self._out.close()
-        self._err.close()
 
 
 def wait_for(what: str, cond: Callable[[], bool], fleet: Fleet | None = None, timeout: float = WAIT_S) -> None:
@@ -136,22 +109,6 @@ def pids(sb: Sandbox, host: str, mark: str) -> list[str]:
     """PIDs on ``host`` whose command line holds ``mark`` (processes this module's runs started)."""
     res = sb.ssh(host, f"pgrep -f -- '[{mark[0]}]{mark[1:]}'")  # [x]: not this shell's own argv
     return res.out.split()
-
-
-def local_conns(pid: int) -> set[tuple[str, str]]:
-    """``(local, far end)`` ``ip:port`` pairs of the established TCP connections process ``pid``
-    (here) has open."""
-    out = subprocess.run(["ss", "-tnpH", "state", "established"], capture_output=True, text=True, check=True).stdout
-    return {(line.split()[2], line.split()[3]) for line in out.splitlines() if f"pid={pid}," in line}
-
-
-def peers(sb: Sandbox, host: str) -> set[tuple[str, str]]:
-    """``host``'s established TCP connections as ``(far end, its end)``, the order
-    :func:`local_conns` sees them in: pairs, since another process here may use the same local
-    port towards another address."""
-    res = sb.ssh(host, "ss -tnH state established")
-    assert res.rc == 0, res.err
-    return {(line.split()[3], line.split()[2]) for line in res.out.splitlines()}
 
 
 def no_trace_left(sb: Sandbox, conns: set[tuple[str, str]]) -> None:

@@ -45,16 +45,16 @@ import json
 import os
 import re
 import signal
-import subprocess
 import time
 from pathlib import Path
-from typing import IO, Callable, Iterator
+from typing import Callable, Iterator
 
 import pytest
 
 from launcher.sandbox import router as sandbox_router
 from launcher.sandbox.client import Sandbox
-from tests.rolling.conftest import REPO, Router, container_id, deploy, fleet
+from tests.cli_process import CliProcess, local_conns, peers
+from tests.rolling.conftest import Router, container_id, deploy, fleet
 from tests.rolling.loadgen import LoadGen, Outcome
 from tests.rolling.test_sandbox_pd import OLD, SURGE, V1, V2, _pd_inventory
 from tests.rolling.test_sandbox_pd_rollback import DEPLOYMENT, MODEL, _clean, _containers, _moved
@@ -66,27 +66,14 @@ SETTLE_S = 90.0  # safety bound: fleet must have settled and exited within this 
 WAIT_S = 240.0  # safety bound for reaching a moment
 
 
-class Cli:
-    """``fleet`` in its own process group; its stdout and stderr go to files."""
+class Cli(CliProcess):
+    """``fleet ARGS`` against the PD inventory, in its own process group."""
 
     def __init__(self, sb: Sandbox, inventory: str, tmp: Path, name: str, *args: str) -> None:
+        super().__init__(["fleet", *args, "-i", inventory, "--known-hosts", sb.known_hosts], tmp, name)
         self.sb = sb
-        self.out_path, self.err_path = tmp / f"{name}.out", tmp / f"{name}.err"
-        self._out: IO[bytes] = self.out_path.open("wb")
-        self._err: IO[bytes] = self.err_path.open("wb")
-        argv = ["fleet", *args, "-i", inventory, "--known-hosts", sb.known_hosts]
-        # SIGINT back to its default: a shell running pytest in the background ignores it.
-        self.proc = subprocess.Popen(
-            argv, stdout=self._out, stderr=self._err, cwd=REPO, start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        )  # fmt: skip
         self.conns: set[tuple[str, str]] = set()
         self.seen_at_interrupt = ""
-
-    @property
-    def stderr(self) -> str:
-        return self.err_path.read_text()
 
     def wait_line(self, pattern: str) -> None:
         """Until a progress line matches ``pattern`` (read every 20 ms)."""
@@ -100,11 +87,6 @@ class Cli:
     def interrupt(self) -> int:
         return self.interrupt_and(lambda: None)
 
-    def sigint(self) -> None:
-        """SIGINT without waiting (fleet is expected to go on settling)."""
-        assert self.proc.poll() is None, f"fleet ended before Ctrl-C:\n{self.stderr}"
-        self.proc.send_signal(signal.SIGINT)
-
     def kill(self) -> None:
         """SIGKILL to fleet's process group: a crash, nothing cleans up."""
         assert self.proc.poll() is None, f"fleet ended before the kill:\n{self.stderr}"
@@ -114,39 +96,16 @@ class Cli:
     def interrupt_and(self, then: Callable[[], None]) -> int:
         """SIGINT, then ``then()``; the exit status once fleet has settled.  Remembers fleet's
         connections (also those it opens while settling) and what it had printed before."""
-        assert self.proc.poll() is None, f"fleet ended before Ctrl-C:\n{self.stderr}"
         self.seen_at_interrupt = self.stderr
-        self.proc.send_signal(signal.SIGINT)
+        self.sigint()
         then()
         deadline = time.monotonic() + SETTLE_S
         while self.proc.poll() is None:
-            self.conns |= _conns(self.proc.pid)
+            self.conns |= local_conns(self.proc.pid)
             assert time.monotonic() < deadline, f"fleet still running {SETTLE_S:g}s after SIGINT:\n{self.stderr}"
             time.sleep(0.2)
-        with pytest.raises(ProcessLookupError):  # nothing it started outlives it
-            os.killpg(self.proc.pid, 0)
+        assert self.group_gone(), "something fleet started (in its process group) outlived it"
         return self.proc.returncode
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        self._out.close()
-        self._err.close()
-
-
-def _conns(pid: int) -> set[tuple[str, str]]:
-    """``(this end, far end)`` ``ip:port`` pairs of process ``pid``'s established TCP connections
-    (pairs: another process may use the same local port towards another address)."""
-    out = subprocess.run(["ss", "-tnpH", "state", "established"], capture_output=True, text=True).stdout
-    return {(line.split()[2], line.split()[3]) for line in out.splitlines() if f"pid={pid}," in line}
-
-
-def _peers(sb: Sandbox, host: str) -> set[tuple[str, str]]:
-    """``host``'s established TCP connections as ``(far end, its end)``: as the far end sees them."""
-    res = sb.ssh(host, "ss -tnH state established")
-    assert res.rc == 0, res.err
-    return {(line.split()[3], line.split()[2]) for line in res.out.splitlines()}
 
 
 def _until(what: str, cond: Callable[[], bool], timeout: float = 30.0) -> None:
@@ -283,9 +242,9 @@ def _one_cohort_serves(sb: Sandbox, front: Router, cli: Cli | None, results: lis
         assert sb.ssh(h, f"test -e /run/lock/fleet/{DEPLOYMENT}").rc != 0, f"{h}: deploy lock left"
     if cli is not None:
         assert cli.conns, "no connection of fleet seen while it settled"
-        mine = _conns(os.getpid())  # this test's own cached SSH connections
+        mine = local_conns(os.getpid())  # this test's own cached SSH connections
         for h in OLD + SURGE:
-            _until(f"{h}: fleet's SSH connections closed", lambda h=h: not (_peers(sb, h) - mine) & cli.conns)  # type: ignore[misc]
+            _until(f"{h}: fleet's SSH connections closed", lambda h=h: not (peers(sb, h) - mine) & cli.conns)  # type: ignore[misc]
     after = LoadGen(front.url, workers=2, stream_every=3, stream_tokens=50, model=MODEL).start().stop(at_least=12)
     assert after and all(r.ok for r in after), [r.error for r in after if not r.ok][:5]
     assert {r.generation for r in after} == {gen}
