@@ -163,6 +163,7 @@ class _Rollout:
         self.homes: dict[str, tuple[RouterClient, ...]] = {}
         self.out: set[str] = set()
         self.back: set[str] = set()
+        self.batches = plan.batches
 
     # -- the loop
 
@@ -182,7 +183,7 @@ class _Rollout:
         for name, why in self.plan.skipped:
             self._report(name, 0, "skipped", detail=why, surveys=surveys)
         halted = False
-        total = len(self.plan.batches)
+        total = len(self.batches)
         for i, batch in enumerate(self.plan.batches, start=1):
             groups = [self.plan.group(n) for n in batch]
             if halted:
@@ -217,9 +218,24 @@ class _Rollout:
             )
         ordered = [self.reports[n] for n in (*(g.name for g in self.plan.groups), *(g.name for g in self.plan.infra)) if n in self.reports]
         return RollReport(
-            deployment=self.target.deployment, action=self.action, batches=self.plan.batches,
+            deployment=self.target.deployment, action=self.action, batches=self.batches,
             groups=tuple(ordered), notes=tuple(self.notes), errors=tuple(self.errors), details=self.details,
         )  # fmt: skip
+
+    def _down_first(self, surveys: Mapping[str, Survey]) -> tuple[tuple[str, ...], ...]:
+        """The plan's batches, but the groups with a rank not running (out of service already:
+        a crash, or an interrupted rollout left them stopped) go first, all in one batch:
+        restarting them takes nothing more out of service, while taking running groups out
+        before them could leave the routers without a worker."""
+        down = [
+            n for b in self.plan.batches for n in b
+            if any(surveys[d.host].live.get(d.name, MISSING).state != "running" for d in self.desired[n])
+        ]  # fmt: skip
+        if not down:
+            return self.plan.batches
+        self.notes.append(f"not running, so restarted first (batch 1): {', '.join(down)}")
+        rest = (tuple(n for n in b if n not in down) for b in self.plan.batches)
+        return (tuple(down), *(b for b in rest if b))
 
     def _batch(self, i: int, groups: Sequence[RollGroup], surveys: Mapping[str, Survey]) -> bool:
         """One batch; False when it failed (the rollout halts)."""
@@ -231,7 +247,7 @@ class _Rollout:
                 if g.name in self.out:
                     self._put_back(g, self.homes.get(g.name, ()))
                 self._report(g.name, i, "skipped", surveys=surveys, detail="router failed; not restarted")
-            self.errors.append(f"rollout halted at batch {i}/{len(self.plan.batches)}: later batches not touched")
+            self.errors.append(f"rollout halted at batch {i}/{len(self.batches)}: later batches not touched")
             return False
         drained = self._drain(groups)
         self._no_restart(groups)
@@ -266,7 +282,7 @@ class _Rollout:
                 self.errors.append(mask(f"batch {i}: group {g.name}: restoring the previous generation failed: {back.error}", self.secrets))
             self._report(g.name, i, "failed", drain=how, surveys=surveys, detail="left stopped")
         if not ok:
-            self.errors.append(f"rollout halted at batch {i}/{len(self.plan.batches)}: later batches not touched")
+            self.errors.append(f"rollout halted at batch {i}/{len(self.batches)}: later batches not touched")
         return ok
 
     # -- routers
@@ -499,7 +515,7 @@ class _Rollout:
         if not todo:
             return
         names = ", ".join(g.name for g in todo)
-        self.progress.note(f"interrupted in batch {i}/{len(self.plan.batches)}: putting {names} back in service first "
+        self.progress.note(f"interrupted in batch {i}/{len(self.batches)}: putting {names} back in service first "
                            f"(Ctrl-C again stops now; the same command run again then finishes it)")  # fmt: skip
         done = []
         for g in todo:

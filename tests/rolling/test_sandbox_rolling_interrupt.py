@@ -51,7 +51,8 @@ from launcher.rolling.router_api import RouterClient
 from launcher.sandbox.client import Sandbox
 from tests.rolling.conftest import PLAYBOOKS, fleet, ok
 from tests.rolling.loadgen import LoadGen, Outcome
-from tests.rolling.test_sandbox_pd_interrupt import Cli, _conns, _peers, _until
+from tests.cli_process import local_conns, peers
+from tests.rolling.test_sandbox_pd_interrupt import Cli, _until
 
 pytestmark = pytest.mark.sandbox
 
@@ -133,9 +134,9 @@ def _serving(setup: Setup, gens: dict[str, int], cli: Cli | None) -> None:
         assert sb.ssh(h, f"test -e /run/lock/fleet/{DEPLOYMENT}").rc != 0, f"{h}: deploy lock left"
     if cli is not None:
         assert cli.conns, "no connection of fleet seen while it settled"
-        mine = _conns(os.getpid())  # this test's own cached SSH connections
+        mine = local_conns(os.getpid())  # this test's own cached SSH connections
         for h in (*HOSTS, ROUTER_HOST):
-            _until(f"{h}: fleet's SSH connections closed", lambda h=h: not (_peers(sb, h) - mine) & cli.conns)  # type: ignore[misc]
+            _until(f"{h}: fleet's SSH connections closed", lambda h=h: not (peers(sb, h) - mine) & cli.conns)  # type: ignore[misc]
     after = LoadGen(router, workers=4, stream_every=4, stream_tokens=20).start().stop(at_least=40)
     assert after and all(r.ok for r in after), [r.error for r in after if not r.ok][:5]
     assert {(r.host, r.generation) for r in after} <= {(h, str(gens[h])) for h in HOSTS}
