@@ -183,8 +183,9 @@ class _Rollout:
         for name, why in self.plan.skipped:
             self._report(name, 0, "skipped", detail=why, surveys=surveys)
         halted = False
+        self.batches = self._down_first(surveys)
         total = len(self.batches)
-        for i, batch in enumerate(self.plan.batches, start=1):
+        for i, batch in enumerate(self.batches, start=1):
             groups = [self.plan.group(n) for n in batch]
             if halted:
                 for g in groups:
