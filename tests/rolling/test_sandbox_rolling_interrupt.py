@@ -15,8 +15,9 @@ c.  between batches (batch 1 back in the router; batch 2 not stopped yet);
 k.  fleet SIGKILLed while batch 2 is drained out of the router (nothing cleans up): the same
     command (with ``--break-lock``: the killed run's deploy locks stay) registers the two
     replicas it finds running outside the router again, then rolls;
-e.  a second Ctrl-C while fleet puts batch 2's previous generation back: it stops at once, and
-    the same command restarts what it left into the router with the rest.
+e.  a second Ctrl-C while fleet puts batch 2's previous generation back: it stops at once,
+    leaving batch 2 stopped and out of the router; the same command restarts those two first
+    (they are out of service already), into the router, then the others.
 
 After each Ctrl-C: exit 130, ``fleet: interrupted`` last and no traceback; every replica runs
 (one running container per host), healthy, on the generation expected (a batch interrupted
@@ -251,4 +252,8 @@ def test_a_second_ctrl_c_while_restoring_leaves_it_for_the_same_command(deployed
     assert load.failures == [], [(r.error, r.status) for r in load.failures[:5]]
     for h in (*HOSTS, ROUTER_HOST):
         assert sb.ssh(h, f"test -e /run/lock/fleet/{DEPLOYMENT}").rc != 0, f"{h}: deploy lock left"
-    _converges(deployed, args, 7)
+    # Left stopped (torn down, not restarted yet): out of service already, so they go first.
+    assert {w.url for w in RouterClient(router).workers()} == {_worker(sb, h) for h in ("h1", "h2")}
+    doc = _converges(deployed, args, 7)
+    assert doc["batches"] == [[GROUPS["h3"], GROUPS["h4"]], [GROUPS["h1"], GROUPS["h2"]]], doc
+    assert f"not running, so restarted first (batch 1): {GROUPS['h3']}, {GROUPS['h4']}" in doc["notes"], doc  # type: ignore[operator]
