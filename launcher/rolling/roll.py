@@ -14,7 +14,7 @@ generation kept in ``prev/``, rolling the same way.
 Ctrl-C puts the interrupted batch back in service before exiting (see :meth:`_Rollout.run`).  A
 rollout (re-)started finds groups that run but are in none of its routers -- left out by a
 rollout that was interrupted or killed -- and registers them in the routers that serve the
-deployment before any batch takes capacity out.
+deployment before any batch takes capacity out; groups not running go first, in one batch.
 
 Contract: the deploy lock is held on every host for the whole rollout; the report names what
 happened to every group; errors are one line each.  HTTP to engines goes from their own host
