@@ -17,7 +17,8 @@ k.  fleet SIGKILLed while batch 2 is drained out of the router (nothing cleans u
     replicas it finds running outside the router again, then rolls;
 e.  a second Ctrl-C while fleet puts batch 2's previous generation back: it stops at once,
     leaving batch 2 stopped and out of the router; the same command restarts those two first
-    (they are out of service already), into the router, then the others.
+    (they are out of service already), into the router, then the others;
+x.  as b, with an external ``--router`` (a real sglang-router on loopback, the load through it).
 
 After each Ctrl-C: exit 130, ``fleet: interrupted`` last and no traceback; every replica runs
 (one running container per host), healthy, on the generation expected (a batch interrupted
@@ -30,7 +31,7 @@ The load rule: no request fails.  A replica is stopped only after it left the ro
 drained; the interrupt either finds it still running (it goes back in as it is) or stopped (it
 is restarted on a generation before it goes back), so nothing routed to it is cut.
 
-Run (root, ~4 min): ``FLEET_SANDBOX_NAME=rollint1 python -m pytest -x -q tests/rolling/test_sandbox_rolling_interrupt.py``
+Run (root, ~2.5 min): ``FLEET_SANDBOX_NAME=rollint1 python -m pytest -x -q tests/rolling/test_sandbox_rolling_interrupt.py``
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from launcher.execute.hostkeys import KnownHosts
 from launcher.execute.ssh import SshConnector
 from launcher.rolling.router_api import RouterClient
 from launcher.sandbox.client import Sandbox
-from tests.rolling.conftest import PLAYBOOKS, fleet, ok
+from tests.rolling.conftest import PLAYBOOKS, Router, fleet, ok
 from tests.rolling.loadgen import LoadGen, Outcome
 from tests.cli_process import local_conns, peers
 from tests.rolling.test_sandbox_pd_interrupt import Cli, _until
@@ -257,3 +258,25 @@ def test_a_second_ctrl_c_while_restoring_leaves_it_for_the_same_command(deployed
     doc = _converges(deployed, args, 7)
     assert doc["batches"] == [[GROUPS["h3"], GROUPS["h4"]], [GROUPS["h1"], GROUPS["h2"]]], doc
     assert f"not running, so restarted first (batch 1): {GROUPS['h3']}, {GROUPS['h4']}" in doc["notes"], doc  # type: ignore[operator]
+
+
+def test_ctrl_c_with_an_external_router_puts_the_batch_back_there(deployed: Setup, logs_dir: Path) -> None:
+    """The same with ``--router`` (a real sglang-router on this machine's loopback over the
+    four replicas; the load goes through it): Ctrl-C while batch 2's new generation starts puts
+    batch 2 back on the previous generation and into that router; the deployment's own router,
+    not given, is not touched."""
+    sb, tmp, own = deployed
+    ext = Router(("--worker-urls", *(_worker(sb, h) for h in HOSTS)), logs_dir / "router-rri-external.log")
+    try:
+        ext.wait_workers(4)
+        setup = (sb, tmp, ext.url)
+        args = (*_args(tmp, 8), "--router", ext.url)
+        cli, _ = _interrupted(setup, "external", args, _unit_line("h3", "starting"))
+        assert "group sb-rri/single2: back to generation 7" in cli.stderr, cli.stderr
+        _serving(setup, {"h1": 8, "h2": 8, "h3": 7, "h4": 7}, cli)
+        _converges(setup, args, 8)
+    finally:
+        ext.stop()
+    everyone = {_worker(sb, h): True for h in HOSTS}  # its health checks see the replicas up again
+    _until("the deployment's own router to list every replica healthy",
+           lambda: {w.url: w.healthy for w in RouterClient(own).workers()} == everyone)  # fmt: skip
