@@ -51,13 +51,12 @@ from typing import Callable, Iterator
 
 import pytest
 
-from launcher.sandbox import router as sandbox_router
 from launcher.sandbox.client import Sandbox
 from tests.cli_process import CliProcess, local_conns, peers
 from tests.rolling.conftest import Router, container_id, deploy, fleet
 from tests.rolling.loadgen import LoadGen, Outcome
-from tests.rolling.test_sandbox_pd import OLD, SURGE, V1, V2, _pd_inventory
-from tests.rolling.test_sandbox_pd_rollback import DEPLOYMENT, MODEL, _clean, _containers, _moved
+from tests.rolling.test_sandbox_pd import OLD, SURGE, V1, V2
+from tests.rolling.test_sandbox_pd_rollback import DEPLOYMENT, MODEL, _clean, _containers, _moved, fresh_pd
 
 pytestmark = pytest.mark.sandbox
 
@@ -176,11 +175,7 @@ def pd(sandbox_fleet: Sandbox, tmp_path_factory: pytest.TempPathFactory, logs_di
     """Generation 1 on OLD (h6, h7 instances; h8 its router) behind the front router."""
     sb = sandbox_fleet
     tmp = tmp_path_factory.mktemp("pd-interrupt")
-    inventory = _pd_inventory(sb, tmp / "inventory.yaml")
-    python = sandbox_router.ensure_venv()
-    if not (python.parent.parent / "lib" / "python3.11" / "site-packages" / "sglang_router").is_dir():
-        pytest.skip("the PD test playbook mounts the router venv's python3.11 site-packages, which has no sglang_router")
-    _clean(sb)
+    inventory = fresh_pd(sb, tmp)
     front: Router | None = None
     try:
         deploy(sb, V1, inventory)

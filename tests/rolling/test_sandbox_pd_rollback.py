@@ -68,6 +68,17 @@ def _clean(sb: Sandbox) -> None:
                   f"docker rmi fleet-standin:v2 >/dev/null 2>&1; rm -rf /etc/fleet/{DEPLOYMENT}; true")  # fmt: skip
 
 
+def fresh_pd(sb: Sandbox, tmp: Path) -> str:
+    """The PD inventory (written under ``tmp``), with no trace of an earlier run on the PD hosts;
+    skips when the router venv the PD playbooks mount has no sglang_router."""
+    inventory = _pd_inventory(sb, tmp / "inventory.yaml")
+    python = sandbox_router.ensure_venv()
+    if not (python.parent.parent / "lib" / "python3.11" / "site-packages" / "sglang_router").is_dir():
+        pytest.skip("the PD test playbook mounts the router venv's python3.11 site-packages, which has no sglang_router")
+    _clean(sb)
+    return inventory
+
+
 def _containers(sb: Sandbox, host: str) -> list[str]:
     """The deployment's containers on ``host``, running or not."""
     res = sb.ssh(host, f"docker ps -a --format '{{{{.Names}}}}' --filter label=fleet.deployment={DEPLOYMENT}")
@@ -81,11 +92,7 @@ def switched(sandbox_fleet: Sandbox, tmp_path_factory: pytest.TempPathFactory, l
     state a rollback starts from (generation 1 kept in prev/ on OLD)."""
     sb = sandbox_fleet
     tmp = tmp_path_factory.mktemp("pd-rollback")
-    inventory = _pd_inventory(sb, tmp / "inventory.yaml")
-    python = sandbox_router.ensure_venv()
-    if not (python.parent.parent / "lib" / "python3.11" / "site-packages" / "sglang_router").is_dir():
-        pytest.skip("the PD test playbook mounts the router venv's python3.11 site-packages, which has no sglang_router")
-    _clean(sb)
+    inventory = fresh_pd(sb, tmp)
     front: Router | None = None
     try:
         # Generation 2 runs the image tagged v2 (a good build for now) on the surge hosts.
