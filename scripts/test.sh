@@ -12,7 +12,11 @@ cd "$(dirname "$0")/.."
 python3 -m mypy launcher/
 others_log=$(mktemp)
 trap 'rm -f "$others_log"' EXIT
-python3 -m pytest -q -rs --durations=15 -m "not sandbox" "$@" >"$others_log" 2>&1 &
+# A background job of a non-interactive shell starts with SIGINT ignored, and an ignored signal
+# stays ignored across exec; tests deliver SIGINT to pytest's own process (Ctrl-C handling), so
+# SIGINT is handled before the exec, which makes it the default again in pytest.
+python3 -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); os.execvp(sys.executable, [sys.executable, "-m", "pytest", *sys.argv[1:]])' \
+  -q -rs --durations=15 -m "not sandbox" "$@" >"$others_log" 2>&1 &
 others=$!
 sandbox_rc=0
 python3 -m pytest -q -rs --durations=30 -m sandbox "$@" || sandbox_rc=$?
