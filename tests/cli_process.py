@@ -6,14 +6,19 @@ test can tell that none is left open after it exits."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
+import time
 from pathlib import Path
-from typing import IO, Sequence
+from typing import IO, Callable, Sequence
 
 from launcher.sandbox.client import Sandbox
 
 REPO = Path(__file__).resolve().parents[1]
+SETTLE_S = 90.0  # safety bound: fleet must have settled and exited within this after Ctrl-C
+WAIT_S = 240.0  # safety bound for reaching a moment
+
 
 
 class CliProcess:
@@ -72,3 +77,53 @@ def peers(sb: Sandbox, host: str) -> set[tuple[str, str]]:
     res = sb.ssh(host, "ss -tnH state established")
     assert res.rc == 0, res.err
     return {(line.split()[3], line.split()[2]) for line in res.out.splitlines()}
+
+
+class Cli(CliProcess):
+    """``fleet ARGS`` against a sandbox inventory, in its own process group, interrupted at a
+    moment read from its progress lines."""
+
+    def __init__(self, sb: Sandbox, inventory: str, tmp: Path, name: str, *args: str) -> None:
+        super().__init__(["fleet", *args, "-i", inventory, "--known-hosts", sb.known_hosts], tmp, name)
+        self.sb = sb
+        self.conns: set[tuple[str, str]] = set()
+        self.seen_at_interrupt = ""
+
+    def wait_line(self, pattern: str) -> None:
+        """Until a progress line matches ``pattern`` (read every 20 ms)."""
+        rx = re.compile(pattern, re.M)
+        deadline = time.monotonic() + WAIT_S
+        while not rx.search(self.stderr):
+            assert self.proc.poll() is None, f"fleet exited {self.proc.returncode} before /{pattern}/:\n{self.stderr}"
+            assert time.monotonic() < deadline, f"no /{pattern}/ within {WAIT_S:g}s:\n{self.stderr}"
+            time.sleep(0.02)
+
+    def interrupt(self) -> int:
+        return self.interrupt_and(lambda: None)
+
+    def kill(self) -> None:
+        """SIGKILL to fleet's process group: a crash, nothing cleans up."""
+        assert self.proc.poll() is None, f"fleet ended before the kill:\n{self.stderr}"
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def interrupt_and(self, then: Callable[[], None]) -> int:
+        """SIGINT, then ``then()``; the exit status once fleet has settled.  Remembers fleet's
+        connections (also those it opens while settling) and what it had printed before."""
+        self.seen_at_interrupt = self.stderr
+        self.sigint()
+        then()
+        deadline = time.monotonic() + SETTLE_S
+        while self.proc.poll() is None:
+            self.conns |= local_conns(self.proc.pid)
+            assert time.monotonic() < deadline, f"fleet still running {SETTLE_S:g}s after SIGINT:\n{self.stderr}"
+            time.sleep(0.2)
+        assert self.group_gone(), "something fleet started (in its process group) outlived it"
+        return self.proc.returncode
+
+
+def until(what: str, cond: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"no {what} within {timeout:g}s"
+        time.sleep(0.2)

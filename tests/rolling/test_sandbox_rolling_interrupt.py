@@ -53,8 +53,8 @@ from launcher.rolling.router_api import RouterClient
 from launcher.sandbox.client import Sandbox
 from tests.rolling.conftest import PLAYBOOKS, Router, fleet, ok
 from tests.rolling.loadgen import LoadGen, Outcome
-from tests.cli_process import local_conns, peers
-from tests.rolling.test_sandbox_pd_interrupt import Cli, _until
+from tests.cli_process import Cli, local_conns, peers
+from tests.cli_process import until as _until
 
 pytestmark = pytest.mark.sandbox
 
