@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import uuid
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Literal, Mapping, Sequence
 
@@ -607,6 +608,11 @@ def start_step(
     hosts = sorted(by_host)
     secrets = tuple(target.secrets.values())
     verdicts: dict[str, Verdict] = {}
+    step_id = uuid.uuid4().hex[:12]
+
+    def serial(argv: Sequence[str]) -> tuple[str, ...]:
+        return lock.serial_argv(target.deployment, owner, step_id, argv)
+
     try:
         # Stop every rank of the changing groups first: no old rank may rendezvous with a new one.
         # Hold them all first, on every host, so no rank is restarted by its runtime meanwhile
@@ -628,7 +634,7 @@ def start_step(
         )
         started = session.run(
             [h for h in installed if not isinstance(installed[h], FleetError)],
-            lambda h, t: _start_units(t, by_host[h], secrets, progress),
+            lambda h, t: _start_units(t, by_host[h], secrets, progress, serial),
         )
         broken: dict[str, FleetError] = {}
         for h in hosts:
@@ -651,8 +657,21 @@ def start_step(
             for d in failed:
                 teardown.setdefault(d.host, []).append(d)
             down_hosts = sorted(teardown)
-            session.run(down_hosts, lambda h, t: hold(t, [(d.unit.runtime, d.name) for d in teardown[h]]))
-            session.run(down_hosts, lambda h, t: _stop_units(t, teardown[h], progress, None))
+
+            def fence_and_hold(h: str, t: Transport) -> None:
+                # A start Ctrl-C stopped waiting for may still run on the host: wait for it and
+                # cancel the rest, so the stop below comes after every start of this step.
+                check(t, lock.fence_argv(target.deployment, step_id, STEP_TIMEOUT_S), label="cancel the starts",
+                      timeout=STEP_TIMEOUT_S + 30)  # fmt: skip
+                hold(t, [(d.unit.runtime, d.name) for d in teardown[h]])
+
+            fenced = session.run(down_hosts, fence_and_hold)
+            stopped = session.run(down_hosts, lambda h, t: _stop_units(t, teardown[h], progress, None))
+            for h in down_hosts:
+                for res in (fenced.get(h), stopped.get(h)):
+                    if isinstance(res, FleetError):
+                        progress.note(mask(f"{h}: tearing down {', '.join(d.name for d in teardown[h])}: {res}; "
+                                           f"run `fleet down` or the same command again", secrets))  # fmt: skip
     return verdicts
 
 
@@ -729,12 +748,16 @@ def _stop_and_install(
     write_files(t, (*files, *manifests), steps=steps, remove=stale, timeout=timeout)
 
 
-def _start_units(t: Transport, units: Sequence[Desired], secrets: Sequence[str], progress: Progress) -> None:
-    """Every start command of ``units`` in order, in one round trip; the first failure raises."""
+def _start_units(
+    t: Transport, units: Sequence[Desired], secrets: Sequence[str], progress: Progress,
+    serial: Callable[[Sequence[str]], tuple[str, ...]],
+) -> None:
+    """Every start command of ``units`` in order, in one round trip, each as ``serial`` wraps
+    it (see :func:`lock.serial_argv`); the first failure raises."""
     steps = []
     for d in units:
         progress.update(Event(host=d.host, unit=d.name, state="starting"))
-        steps += [Step(argv=argv, label=show(argv, secrets)) for argv in d.start]
+        steps += [Step(argv=serial(argv), label=show(argv, secrets)) for argv in d.start]
     for r in run_batch(t, steps, timeout=len(steps) * STEP_TIMEOUT_S):
         if not r.ok:
             raise failure(r, r.command, secrets)

@@ -3,8 +3,9 @@ installing a unit's files with the previous generation kept in ``<unit dir>/prev
 
 Contract: builders are pure (argv out, no I/O); the ``run_*`` helpers do one round trip each
 through a :class:`Shell` and parse the answer.  What a host needs: a POSIX ``sh`` with coreutils,
-``docker`` (docker runtime) or ``systemctl``/``journalctl`` (systemd runtime), and one of
-``curl``, ``wget`` or ``python3`` for health probes.
+``flock`` (util-linux; see :mod:`launcher.deploy.lock`), ``docker`` (docker runtime) or
+``systemctl``/``journalctl`` (systemd runtime), and one of ``curl``, ``wget`` or ``python3`` for
+health probes.
 """
 
 from __future__ import annotations

@@ -132,6 +132,27 @@ class SimHost:
         held = self.files.pop(p[0] + "/owner", None)
         return 0, held[0].decode() if held else "", ""
 
+    def serial(self, p: Sequence[str]) -> tuple[int, str, str]:
+        """``lock.serial_argv``: the command, logged as itself, if the lock is still the
+        caller's and its start step is not fenced off (the simulated host runs one command at a
+        time, so the flock itself has nothing to order)."""
+        d, owner, step, argv = p[0], p[1], p[2], tuple(p[3:])
+        held = self.files.get(d + "/owner")
+        if held is None or held[0].decode().strip() != owner:
+            return 75, "", f"not started: this run no longer holds the deploy lock {d}\n"
+        fence = self.files.get(d + "/fence")
+        if fence is not None and fence[0].decode().strip() == step:
+            return 75, "", "not started: its start step was cancelled\n"
+        self.log.append(argv)
+        return self._dispatch(argv)
+
+    def fence(self, p: Sequence[str]) -> tuple[int, str, str]:
+        d, step = p[0], p[1]
+        self.journal.append(("fence", self.name, step))
+        if d + "/owner" in self.files:
+            self.files[d + "/fence"] = (step.encode() + b"\n", 0o644)
+        return 0, "", ""
+
     def read_manifests(self, p: Sequence[str]) -> tuple[int, str, str]:
         paths = sorted(k for k in self.files if fnmatch.fnmatch(k, p[0] + "/*/manifest.json") and k.count("/") == p[0].count("/") + 2)
         return 0, "".join("\n" + self.files[k][0].decode() for k in paths), ""
@@ -271,6 +292,8 @@ _SCRIPTS = {
     lock._ACQUIRE: SimHost.lock_acquire,
     lock._RELEASE: SimHost.lock_release,
     lock._BREAK: SimHost.lock_break,
+    lock._SERIAL: SimHost.serial,
+    lock._FENCE: SimHost.fence,
     steps._READ_MANIFESTS: SimHost.read_manifests,
     steps._INSPECT: SimHost.liveness,
     steps._PROBE: SimHost.probe,

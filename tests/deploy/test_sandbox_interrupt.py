@@ -12,6 +12,9 @@ real ``fleet`` CLI in a subprocess that gets SIGINT, as an operator's terminal s
 - ``fleet up`` interrupted while both hosts hang in the lock+survey round trip (docker image
   inspect hangs): the same promises -- fleet does not wait out the hung command, and the locks
   it took are released.
+- ``fleet up`` interrupted while one host's ``docker run`` is still under way (its docker shim
+  takes 6 s, beyond the grace fleet gives a running command): the same promises, and that
+  host's container, started after the interrupt, is stopped before fleet exits.
 - ``fleet logs -f``: both units' lines arrive prefixed ``host/unit | ``, a line logged after the
   follow began shows up (also with ``--tail 0``, which shows only new lines), and Ctrl-C ends it
   (exit 130) leaving no ``docker logs`` on the hosts.
@@ -257,6 +260,40 @@ def test_ctrl_c_while_a_host_hangs_in_the_survey_is_prompt_and_unlocks(sb: Sandb
             for pid in pids(sb, h, marker):
                 sb.ssh(h, f"kill {pid}")
             sb.ssh(h, f"rm -f /run/{marker}")
+    assert rc == 130, fleet.stderr
+    assert fleet.stderr.endswith("fleet: interrupted\n"), fleet.stderr
+    no_trace_left(sb, conns)
+    up_again(sb, tmp_path)
+
+
+def test_ctrl_c_while_a_host_is_still_starting_its_unit_leaves_nothing_up(sb: Sandbox, tmp_path: Path) -> None:
+    # h7's `docker run` takes 6 s (its docker shim waits first): Ctrl-C lands while it runs, and
+    # fleet stops waiting for it after its short grace.  Its teardown must come after that
+    # start on the host, not beside it: no container may come up once fleet has exited.
+    began, ended = "fleet-int-start", "fleet-int-started"
+    docker = shutil.which("docker")
+    assert docker is not None
+    shim = Path(sb.host("h7").dir) / "fakehw" / "bin" / "docker"
+    shim.write_text(
+        '#!/bin/sh\n[ "$1" = run ] || exec %s "$@"\n'
+        "touch /run/%s; python3 -c 'import time; time.sleep(6)' %s\n"
+        '%s "$@"; rc=$?; touch /run/%s; exit $rc\n' % (docker, began, began, docker, ended)
+    )
+    shim.chmod(0o755)
+    try:
+        fleet = Fleet(sb, tmp_path, "up", str(playbook(tmp_path, 0)), "--skip-preflight")
+        try:
+            wait_for("h7's docker run", lambda: sb.ssh("h7", f"test -e /run/{began}").rc == 0, fleet)
+            conns = fleet_ssh(sb, fleet)
+            rc = fleet.interrupt()
+        finally:
+            fleet.close()
+        wait_for("h7's docker run to end", lambda: sb.ssh("h7", f"test -e /run/{ended}").rc == 0, timeout=30)
+    finally:
+        shim.unlink()
+        for pid in pids(sb, "h7", began):
+            sb.ssh("h7", f"kill {pid}")
+        sb.ssh("h7", f"rm -f /run/{began} /run/{ended}")
     assert rc == 130, fleet.stderr
     assert fleet.stderr.endswith("fleet: interrupted\n"), fleet.stderr
     no_trace_left(sb, conns)
