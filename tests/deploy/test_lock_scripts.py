@@ -83,15 +83,20 @@ def test_a_start_is_refused_without_running(shell: str, case: str, message: str,
     assert not out.exists()
 
 
+def _until_began(proc: subprocess.Popen[bytes], began: Path) -> None:
+    """Until the command ``proc`` runs under the lock has touched ``began``."""
+    deadline = time.monotonic() + 20
+    while not began.exists():
+        assert time.monotonic() < deadline and proc.poll() is None, "the start never began"
+        time.sleep(0.02)
+
+
 @pytest.mark.parametrize("shell", SHELLS)
 def test_a_fence_waits_for_the_running_start_then_cancels_the_rest_of_its_step(shell: str, lockdir: Path, tmp_path: Path) -> None:
     began, done = tmp_path / "began", tmp_path / "done"
     slow = subprocess.Popen(_serial(shell, lockdir, "s1", "sh", "-c", 'touch "$1"; sleep 1.5; touch "$2"', "sh", str(began), str(done)))
     try:
-        deadline = time.monotonic() + 20
-        while not began.exists():
-            assert time.monotonic() < deadline and slow.poll() is None, "the start never began"
-            time.sleep(0.02)
+        _until_began(slow, began)
         res = _fence(shell, lockdir, "s1", 20)
         assert (res.returncode, res.stderr) == (0, "")
         assert done.exists(), "the fence returned before the running start ended"
@@ -111,10 +116,7 @@ def test_a_fence_gives_up_on_a_start_still_running(shell: str, lockdir: Path, tm
     began = tmp_path / "began"
     hung = subprocess.Popen(_serial(shell, lockdir, "s1", "sh", "-c", 'touch "$1"; exec sleep 30', "sh", str(began)))
     try:
-        deadline = time.monotonic() + 20
-        while not began.exists():
-            assert time.monotonic() < deadline and hung.poll() is None, "the start never began"
-            time.sleep(0.02)
+        _until_began(hung, began)
         res = _fence(shell, lockdir, "s1", 1)
     finally:
         hung.kill()
