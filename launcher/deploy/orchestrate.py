@@ -667,11 +667,15 @@ def start_step(
 
             fenced = session.run(down_hosts, fence_and_hold)
             stopped = session.run(down_hosts, lambda h, t: _stop_units(t, teardown[h], progress, None))
-            for h in down_hosts:
-                for res in (fenced.get(h), stopped.get(h)):
-                    if isinstance(res, FleetError):
-                        progress.note(mask(f"{h}: tearing down {', '.join(d.name for d in teardown[h])}: {res}; "
-                                           f"run `fleet down` or the same command again", secrets))  # fmt: skip
+            left = {h: err for h in down_hosts for err in (fenced.get(h), stopped.get(h)) if isinstance(err, FleetError)}
+            for h, err in left.items():
+                progress.note(mask(f"{h}: tearing down {', '.join(d.name for d in teardown[h])} failed: {err}", secrets))
+            for g in batch:
+                v = verdicts.get(g.group)
+                where = sorted({d.host for d in g.units if d.host in left})
+                if v is not None and v.error is not None and where:
+                    more = "; ".join(f"tearing it down on {h} failed too: {str(left[h]).removeprefix(h + ': ')}" for h in where)
+                    verdicts[g.group] = replace(v, error=FleetError(mask(f"{v.error}; {more}", secrets)))
     return verdicts
 
 

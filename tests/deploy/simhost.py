@@ -2,7 +2,8 @@
 the deploy layer's own fixed scripts (recognised by identity, so a changed script shows up as an
 unknown command and fails the test).
 
-``fail_start``: unit names whose container exits (code 4) right after starting; ``unhealthy``:
+``fail_start``: unit names whose container exits (code 4) right after starting; ``fail_stop``:
+units whose stop fails while they exist; ``unhealthy``:
 units whose health endpoint never answers; ``missing_images``: images not present locally.
 """
 
@@ -39,6 +40,7 @@ class SimHost:
         self.images: set[str] = set()
         self.missing_images: set[str] = set()
         self.fail_start: set[str] = set()
+        self.fail_stop: set[str] = set()  # units whose stop fails (the daemon refuses)
         self.unhealthy: set[str] = set()
         self.health_urls: dict[str, str] = {}  # url -> container that serves it
         self.start_counts: dict[str, int] = {}
@@ -193,6 +195,8 @@ class SimHost:
 
     def stop(self, p: Sequence[str]) -> tuple[int, str, str]:
         self.journal.append(("stop", self.name, p[0]))
+        if p[0] in self.fail_stop and p[0] in self.containers:
+            return 1, "", f"Error response from daemon: cannot remove container {p[0]}: device or resource busy\n"
         self.containers.pop(p[0], None)
         return 0, "", ""
 

@@ -121,6 +121,22 @@ def test_rank_dying_at_start_tears_its_group_down_and_stops_the_line(sim: SimFle
     assert not any(k.endswith("/owner") for h in ("h1", "h2", "h3") for k in sim[h].files)
 
 
+def test_a_failed_teardown_is_reported_with_the_failure(sim: SimFleet) -> None:
+    sim["h2"].fail_start.add("fleet-demo-rank-r1")
+    sim["h1"].fail_stop.add("fleet-demo-rank-r0")
+    report = up(target(pp_plan()), sim.connect, FAST)
+    assert report.exit_code == ExitCode.FAILED
+    assert report.errors == (
+        "h2: sh /etc/fleet/demo/fleet-demo-rank-r1/run.sh: fleet-demo-rank-r1 exited while its group "
+        "was starting (exit 4): FATAL: rendezvous with rank 0 failed; tearing it down on h1 failed too: "
+        "stop fleet-demo-rank-r0: exit 1: Error response from daemon: cannot remove container "
+        "fleet-demo-rank-r0: device or resource busy",
+    )
+    assert "fleet-demo-rank-r0" in sim["h1"].containers, "the simulated daemon refused the stop"
+    assert "fleet-demo-rank-r1" not in sim["h2"].containers
+    assert not any(k.endswith("/owner") for h in ("h1", "h2", "h3") for k in sim[h].files)
+
+
 def test_health_deadline_fails_the_group(sim: SimFleet) -> None:
     sim["h1"].unhealthy.add("fleet-demo-rank-r0")
     report = up(target(pp_plan()), sim.connect, Options(timeout_s=0.5))
