@@ -489,23 +489,46 @@ class _Rollout:
 
     def _infra(self, changing: Sequence[GroupChange], surveys: Mapping[str, Survey]) -> None:
         """`fleet up` (rolling): changed router / Mooncake / gateway groups restart after the
-        engines, in start order."""
+        engines, in start order.  One whose new generation fails is put back on the previous
+        one (from prev/) and the rollout halts; Ctrl-C puts the step's groups back first (see
+        :meth:`_recover`).  A group that ran nothing before is left stopped."""
         infra_groups = {u.group for g in self.plan.infra for u in g.units}
         todo = [c for c in changing if c.group in infra_groups]
         options = Options(forks=self.options.forks, timeout_s=self.options.timeout_s)
         for step in sorted({c.step for c in todo}):
             batch = [c for c in todo if c.step == step]
-            verdicts = orchestrate.start_step(self.target, self.session, batch, surveys, options, self.progress, self.owner)
-            for c in batch:
-                v = verdicts[c.group]
-                name = next(g.name for g in self.plan.infra if any(u.group == c.group for u in g.units))
+            groups = [g for g in self.plan.infra if any(u.group == c.group for c in batch for u in g.units)]
+            try:
+                verdicts = orchestrate.start_step(self.target, self.session, batch, surveys, options, self.progress, self.owner)
+            except KeyboardInterrupt:
+                self._recover("interrupted while restarting the routers / Mooncake / gateway", groups, surveys)
+                raise
+            for g in groups:
+                v = _merge([verdicts[c.group] for c in batch if any(u.group == c.group for u in g.units)])
                 if v.healthy:
-                    self._report(name, 0, "restarted", surveys=surveys, after=True)
+                    self._report(g.name, 0, "restarted", surveys=surveys, after=True)
+                    continue
+                self.errors.append(mask(f"group {g.name}: {v.error}", self.secrets))
+                if v.detail:
+                    self.details[g.name] = mask(v.detail, self.secrets)
+                if not self._served_before(g, surveys):
+                    self._report(g.name, 0, "failed", surveys=surveys, detail="new; left stopped")
+                    continue
+                back = self._restore(g, surveys)
+                if back.healthy:
+                    gen = _gen(surveys, self.desired[g.name])
+                    self._report(g.name, 0, "restored", surveys=surveys, detail=f"previous generation {gen} restored and healthy")
                 else:
-                    self.errors.append(mask(f"group {c.group}: {v.error}", self.secrets))
-                    self._report(name, 0, "failed", surveys=surveys)
-            if any(not verdicts[c.group].healthy for c in batch):
+                    self.errors.append(mask(f"group {g.name}: restoring the previous generation failed: {back.error}", self.secrets))
+                    self._report(g.name, 0, "failed", surveys=surveys, detail="left stopped")
+            if any(self.reports[g.name].outcome != "restarted" for g in groups):
                 return
+
+    def _served_before(self, g: RollGroup, surveys: Mapping[str, Survey]) -> bool:
+        """Every rank of ``g`` had a generation when the rollout began (one to go back to)."""
+        return all(surveys[d.host].manifests.get(d.name) is not None for d in self.desired[g.name])
+
+
 
     # -- Ctrl-C
 
@@ -515,13 +538,17 @@ class _Rollout:
         todo = [g for g in groups if g.name in self.out and g.name not in self.back]
         if not todo:
             return
-        names = ", ".join(g.name for g in todo)
-        self.progress.note(f"interrupted in batch {i}/{len(self.batches)}: putting {names} back in service first "
+        self._recover(f"interrupted in batch {i}/{len(self.batches)}", todo, surveys)
+
+    def _recover(self, where: str, groups: Sequence[RollGroup], surveys: Mapping[str, Survey]) -> None:
+        """Each of ``groups`` back in service (:meth:`_back_in_service`), saying so before and
+        after."""
+        self.progress.note(f"{where}: putting {', '.join(g.name for g in groups)} back in service first "
                            f"(Ctrl-C again stops now; the same command run again then finishes it)")  # fmt: skip
         done = []
-        for g in todo:
+        for g in groups:
             try:
-                done.append(f"{g.name} on {self._back_in_service(g, surveys)}")
+                done.append(f"{g.name} {self._back_in_service(g, surveys)}")
             except FleetError as err:
                 raise FleetError(mask(f"interrupted; putting {g.name} back in service failed: {err}; run the same "
                                       f"command again to finish", self.secrets)) from None  # fmt: skip
@@ -531,7 +558,8 @@ class _Rollout:
         """``g`` running healthy -- as it runs now if it does, else on the generation it ran
         before this rollout (from prev/ if a new one was installed) -- and back in its routers.
         Decided on what its hosts say now: the interrupt may have come before or after any step.
-        Returns which generation serves."""
+        A group that ran nothing before and is not healthy now stays stopped (the deploy layer
+        tore it down).  Returns what serves, as ``on generation N (as before|new)``."""
         units = self.desired[g.name]
         now = self._survey(g)
         healthy = False
@@ -539,6 +567,8 @@ class _Rollout:
             healthy = self._gate(g).healthy
         before = _gen(surveys, units)
         current = next((m.generation for d in units if (m := now[d.host].manifests.get(d.name)) is not None), None)
+        if not healthy and not self._served_before(g, surveys):
+            return "left stopped (it ran nothing before)"
         if not healthy:
             v = self._revert(g, surveys, now)
             if not v.healthy:
@@ -548,8 +578,8 @@ class _Rollout:
             self._join(g, r, settle=True)
         self.back.add(g.name)
         if current == before:
-            return f"generation {current} (as before)"
-        return f"generation {current} (new)"
+            return f"on generation {current} (as before)"
+        return f"on generation {current} (new)"
 
     def _survey(self, g: RollGroup) -> dict[str, Survey]:
         units = self.desired[g.name]
