@@ -153,3 +153,29 @@ def container_id(sb: Sandbox, host: str, container: str) -> str:
 @pytest.fixture(scope="module")
 def logs_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield Path(os.environ.get("FLEET_ROLLING_LOGS") or tmp_path_factory.mktemp("rolling"))
+
+
+def router_variant(tmp: Path, deployment: str, ports: dict[str, int], tag: str, env: dict[str, str] | None = None) -> str:
+    """``rolling-router.yaml`` (replicas on h1..h4 behind the deployment's own router on h5) as
+    deployment ``deployment`` on ``ports``, with extra engine ``env``; written as ``tmp/<tag>.yaml``."""
+    import yaml
+
+    doc = yaml.safe_load((PLAYBOOKS / "rolling-router.yaml").read_text())
+    doc["name"] = deployment
+    doc["ports"] = ports
+    doc["overrides"]["env"].update(env or {})
+    path = tmp / f"{tag}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return str(path)
+
+
+def unit_rows(sb: Sandbox, playbook: str) -> dict[str, tuple[str, str, int | None]]:
+    """``fleet status``'s library call: host -> (state, health, generation) of its unit."""
+    from launcher.cli.deploy import load_target
+    from launcher.deploy.status import status
+    from launcher.execute.hostkeys import KnownHosts
+    from launcher.execute.ssh import SshConnector
+
+    target = load_target(playbook, sb.inventory, None, None)
+    with SshConnector(KnownHosts.for_operator((sb.known_hosts,), trust_new=False)) as c:
+        return {r.host: (r.state, r.health, r.generation) for r in status(target, c.connect)}

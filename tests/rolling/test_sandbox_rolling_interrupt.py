@@ -43,15 +43,10 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-import yaml
 
-from launcher.cli.deploy import load_target
-from launcher.deploy.status import status
-from launcher.execute.hostkeys import KnownHosts
-from launcher.execute.ssh import SshConnector
 from launcher.rolling.router_api import RouterClient
 from launcher.sandbox.client import Sandbox
-from tests.rolling.conftest import PLAYBOOKS, Router, fleet, ok
+from tests.rolling.conftest import Router, fleet, ok, router_variant, unit_rows
 from tests.rolling.loadgen import LoadGen, Outcome
 from tests.cli_process import Cli, local_conns, peers
 from tests.cli_process import until as _until
@@ -68,13 +63,8 @@ GROUPS = {h: f"{DEPLOYMENT}/single{i}" for i, h in enumerate(HOSTS)}
 
 def _playbook(tmp: Path, gen: int) -> str:
     """rolling-router.yaml as its own deployment (name, ports) with generation label ``gen``."""
-    doc = yaml.safe_load((PLAYBOOKS / "rolling-router.yaml").read_text())
-    doc["name"] = DEPLOYMENT
-    doc["ports"] = {"http": HTTP_PORT, "router": ROUTER_PORT, "router_metrics": 29300}
-    doc["overrides"]["env"]["FLEET_GENERATION"] = str(gen)
-    path = tmp / f"rri-v{gen}.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return str(path)
+    ports = {"http": HTTP_PORT, "router": ROUTER_PORT, "router_metrics": 29300}
+    return router_variant(tmp, DEPLOYMENT, ports, f"rri-v{gen}", {"FLEET_GENERATION": str(gen)})
 
 
 Setup = tuple[Sandbox, Path, str]
@@ -124,9 +114,7 @@ def _serving(setup: Setup, gens: dict[str, int], cli: Cli | None) -> None:
     gives through the router), registered and healthy in the router; the router runs; no deploy
     lock left; none of ``cli``'s SSH connections left on any host."""
     sb, tmp, router = setup
-    target = load_target(_playbook(tmp, 1), sb.inventory, None, None)
-    with SshConnector(KnownHosts.for_operator((sb.known_hosts,), trust_new=False)) as c:
-        rows = {r.host: (r.state, r.health, r.generation) for r in status(target, c.connect)}
+    rows = unit_rows(sb, _playbook(tmp, 1))
     assert {h: rows[h] for h in HOSTS} == {h: ("running", "ok", gens[h]) for h in HOSTS}, rows
     assert rows[ROUTER_HOST][:2] == ("running", "ok"), rows
     assert {w.url: w.healthy for w in RouterClient(router).workers()} == {_worker(sb, h): True for h in HOSTS}

@@ -21,16 +21,11 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-import yaml
 
-from launcher.cli.deploy import load_target
-from launcher.deploy.status import status
-from launcher.execute.hostkeys import KnownHosts
-from launcher.execute.ssh import SshConnector
 from launcher.rolling.router_api import RouterClient
 from launcher.sandbox.client import Sandbox
 from tests.cli_process import Cli, until
-from tests.rolling.conftest import PLAYBOOKS, fleet, http, ok
+from tests.rolling.conftest import fleet, http, ok, router_variant, unit_rows
 
 pytestmark = pytest.mark.sandbox
 
@@ -45,12 +40,8 @@ BEGAN, FAIL_ONCE = "fleet-rur-run", "fleet-rur-fail-once"
 def _playbook(tmp: Path, metrics_port: int) -> str:
     """rolling-router.yaml (rollout: rolling) as its own deployment; ``metrics_port`` changes the
     router's argv only."""
-    doc = yaml.safe_load((PLAYBOOKS / "rolling-router.yaml").read_text())
-    doc["name"] = DEPLOYMENT
-    doc["ports"] = {"http": HTTP_PORT, "router": ROUTER_PORT, "router_metrics": metrics_port}
-    path = tmp / f"rur-{metrics_port}.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return str(path)
+    ports = {"http": HTTP_PORT, "router": ROUTER_PORT, "router_metrics": metrics_port}
+    return router_variant(tmp, DEPLOYMENT, ports, f"rur-{metrics_port}")
 
 
 Setup = tuple[Sandbox, Path, str]
@@ -96,9 +87,7 @@ def _router_serves(setup: Setup, generation: int) -> None:
     """The router unit runs healthy on ``generation``, the engines on generation 1; the router
     lists every replica healthy and answers a request."""
     sb, tmp, url = setup
-    target = load_target(_playbook(tmp, 29400), sb.inventory, None, None)
-    with SshConnector(KnownHosts.for_operator((sb.known_hosts,), trust_new=False)) as c:
-        rows = {r.host: (r.state, r.health, r.generation) for r in status(target, c.connect)}
+    rows = unit_rows(sb, _playbook(tmp, 29400))
     assert rows == {**{h: ("running", "ok", 1) for h in HOSTS}, ROUTER_HOST: ("running", "ok", generation)}, rows
     everyone = {f"http://{sb.host(h).data_ip}:{HTTP_PORT}": True for h in HOSTS}
     until("the router to list every replica healthy", lambda: {w.url: w.healthy for w in RouterClient(url).workers()} == everyone)
