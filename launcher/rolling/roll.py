@@ -32,7 +32,7 @@ from launcher.deploy.health import Verdict, gate
 from launcher.deploy.manifest import Manifest
 from launcher.deploy.fan import first_error
 from launcher.deploy.orchestrate import Connect, GroupChange, Options, Session, Survey, Target, survey_host
-from launcher.deploy.remote import check
+from launcher.deploy.remote import STEP_TIMEOUT_S, check
 from launcher.deploy.steps import MISSING, stop_argv
 from launcher.errors import ExitCode, FleetError, UsageError
 from launcher.execute.transport import Transport
@@ -256,6 +256,8 @@ class _Rollout:
             verdicts = self._restart(groups, surveys)
         else:
             verdicts = self._swap_back(groups, surveys)
+        failed = [g for g in groups if not verdicts[g.name].healthy]
+        restored = self._revert(failed, surveys, self._survey(failed)) if failed and self.action == "restart" else {}
         ok = True
         for g in groups:
             v = verdicts[g.name]
@@ -272,7 +274,7 @@ class _Rollout:
             if v.detail:
                 self.details[g.name] = mask(v.detail, self.secrets)
             if self.action == "restart":
-                back = self._restore(g, surveys)
+                back = restored[g.name]
                 if back.healthy:
                     self._put_back(g, registered.get(g.name, ()))
                     self.back.add(g.name)
@@ -422,29 +424,6 @@ class _Rollout:
         )
         return {g.name: _merge([verdicts[u] for u in {x.group for x in g.units}]) for g in groups}
 
-    def _restore(self, g: RollGroup, surveys: Mapping[str, Survey]) -> Verdict:
-        """After a failed restart (the new generation already torn down): the previous
-        generation back from prev/, started, gated."""
-        units = self.desired[g.name]
-        olds = {d.name: surveys[d.host].manifests.get(d.name) for d in units}
-        if any(m is None for m in olds.values()):
-            return Verdict(error=FleetError(f"group {g.name} had no previous generation on every rank"))
-        self.progress.note(f"group {g.name}: restoring the previous generation from prev/")
-
-        def put_back(h: str, t: Transport) -> None:
-            for d in units:
-                if d.host != h:
-                    continue
-                old = olds[d.name]
-                assert old is not None
-                if old.render_hash != d.render_hash:
-                    restore.swap(t, d.dir, d.owned, old)
-                self.progress.update(Event(host=h, unit=d.name, state="restoring", detail=f"generation {old.generation}"))
-                for argv in restore.start_argvs(old, d.dir):
-                    check(t, argv, secrets=self.secrets)
-
-        return self._run_and_gate(g, put_back)
-
     def _without_prev(self, groups: Sequence[RollGroup], surveys: Mapping[str, Survey]) -> list[RollGroup]:
         missing = []
         for g in groups:
@@ -457,35 +436,52 @@ class _Rollout:
         return missing
 
     def _swap_back(self, groups: Sequence[RollGroup], surveys: Mapping[str, Survey]) -> dict[str, Verdict]:
+        """Rollback of a batch: every rank of its groups stopped on every host first, then each
+        unit's prev/ generation swapped in and started, then all gated together."""
+        units = [d for g in groups for d in self.desired[g.name]]
+
+        def back(h: str, t: Transport) -> None:
+            for d in units:
+                if d.host != h:
+                    continue
+                prev = restore.read_prev(t, d.dir)
+                if prev is None:
+                    raise FleetError(f"{h}: {d.dir}/prev: no previous generation kept")
+                current = surveys[h].manifests.get(d.name)
+                restore.swap(t, d.dir, current.files if current else d.owned, prev)
+                self.restored_gen[d.unit.group] = prev.generation
+                self.progress.update(Event(host=h, unit=d.name, state="restoring", detail=f"generation {prev.generation}"))
+                for argv in restore.start_argvs(prev, d.dir):
+                    check(t, argv, secrets=self.secrets)
+
+        return self._stop_start_gate(groups, STOP_TIMEOUT_S, back)
+
+    def _stop_start_gate(
+        self, groups: Sequence[RollGroup], grace_s: int | None, start: Callable[[str, Transport], None]
+    ) -> dict[str, Verdict]:
+        """Every rank of ``groups`` held and stopped (``grace_s`` to drain) on every host, then
+        ``start(host, transport)`` on every host, then the groups gated together.  A group with a
+        rank on a host where a step failed gets that error."""
+        units = [d for g in groups for d in self.desired[g.name]]
+        hosts = self._hosts(groups)
+
+        def stop(h: str, t: Transport) -> None:
+            mine = [d for d in units if d.host == h]
+            orchestrate.hold(t, [(d.unit.runtime, d.name) for d in mine])
+            for d in reversed(mine):
+                self.progress.update(Event(host=h, unit=d.name, state="stopping"))
+                wait = STEP_TIMEOUT_S if grace_s is None else grace_s + 60
+                check(t, stop_argv(d.unit.runtime, d.name, grace_s), label=f"stop {d.name}", timeout=wait)
+
+        stopped = self.session.run(hosts, stop)
+        started = self.session.run([h for h in hosts if not isinstance(stopped[h], FleetError)], start)
         verdicts: dict[str, Verdict] = {}
         for g in groups:
-            units = self.desired[g.name]
-
-            def back(h: str, t: Transport, units: Sequence[Desired] = units) -> None:
-                mine = [d for d in units if d.host == h]
-                for d in reversed(mine):
-                    self.progress.update(Event(host=h, unit=d.name, state="stopping"))
-                    check(t, stop_argv(d.unit.runtime, d.name, STOP_TIMEOUT_S), label=f"stop {d.name}", timeout=STOP_TIMEOUT_S + 60)
-                for d in mine:
-                    prev = restore.read_prev(t, d.dir)
-                    if prev is None:
-                        raise FleetError(f"{h}: {d.dir}/prev: no previous generation kept")
-                    current = surveys[h].manifests.get(d.name)
-                    restore.swap(t, d.dir, current.files if current else d.owned, prev)
-                    self.restored_gen[d.unit.group] = prev.generation
-                    self.progress.update(Event(host=h, unit=d.name, state="restoring", detail=f"generation {prev.generation}"))
-                    for argv in restore.start_argvs(prev, d.dir):
-                        check(t, argv, secrets=self.secrets)
-
-            verdicts[g.name] = self._run_and_gate(g, back)
+            err = next((r for h in self._hosts([g]) for r in (stopped[h], started.get(h)) if isinstance(r, FleetError)), None)
+            if err is not None:
+                verdicts[g.name] = Verdict(error=err)
+        verdicts.update(self._gate([g for g in groups if g.name not in verdicts]))
         return verdicts
-
-    def _run_and_gate(self, g: RollGroup, fn: Callable[[str, Transport], None]) -> Verdict:
-        results = self.session.run(self._hosts([g]), fn)
-        err = next((r for r in results.values() if isinstance(r, FleetError)), None)
-        if err is not None:
-            return Verdict(error=err)
-        return self._gate(g)
 
     def _infra(self, changing: Sequence[GroupChange], surveys: Mapping[str, Survey]) -> None:
         """`fleet up` (rolling): changed router / Mooncake / gateway groups restart after the
@@ -514,7 +510,7 @@ class _Rollout:
                 if not self._served_before(g, surveys):
                     self._report(g.name, 0, "failed", surveys=surveys, detail="new; left stopped")
                     continue
-                back = self._restore(g, surveys)
+                back = self._revert([g], surveys, self._survey([g]))[g.name]
                 if back.healthy:
                     gen = _gen(surveys, self.desired[g.name])
                     self._report(g.name, 0, "restored", surveys=surveys, detail=f"previous generation {gen} restored and healthy")
@@ -541,80 +537,84 @@ class _Rollout:
         self._recover(f"interrupted in batch {i}/{len(self.batches)}", todo, surveys)
 
     def _recover(self, where: str, groups: Sequence[RollGroup], surveys: Mapping[str, Survey]) -> None:
-        """Each of ``groups`` back in service (:meth:`_back_in_service`), saying so before and
-        after."""
+        """``groups`` back in service, all at once, decided on what their hosts say now (the
+        interrupt may have come before or after any step): a group running healthy stays as it
+        runs; else it goes back to the generation it ran before this rollout (from prev/ if a
+        new one was installed); one that ran nothing before stays stopped (the deploy layer tore
+        it down).  Each serving group goes back into its routers.  Says so before and after;
+        raises a one-line :class:`FleetError` for a group that could not be put back."""
         self.progress.note(f"{where}: putting {', '.join(g.name for g in groups)} back in service first "
                            f"(Ctrl-C again stops now; the same command run again then finishes it)")  # fmt: skip
-        done = []
+        now = self._survey(groups)
+        running = [g for g in groups if all(now[d.host].live.get(d.name, MISSING).state == "running" for d in self.desired[g.name])]
+        healthy = {n for n, v in self._gate(running).items() if v.healthy}
+        revert = [g for g in groups if g.name not in healthy and self._served_before(g, surveys)]
+        reverted = self._revert(revert, surveys, now)
+        done: list[str] = []
+        failed: list[tuple[RollGroup, FleetError]] = []
         for g in groups:
+            units = self.desired[g.name]
+            if g.name not in healthy and g.name not in reverted:
+                done.append(f"{g.name} left stopped (it ran nothing before)")
+                continue
+            v = reverted.get(g.name, Verdict(healthy=True))
+            if not v.healthy:
+                failed.append((g, v.error or FleetError(f"group {g.name} did not become healthy")))
+                continue
+            before = _gen(surveys, units)
+            current = before if g.name in reverted else next(
+                (m.generation for d in units if (m := now[d.host].manifests.get(d.name)) is not None), None)  # fmt: skip
             try:
-                done.append(f"{g.name} {self._back_in_service(g, surveys)}")
+                for r in self.homes.get(g.name, ()):
+                    self._join(g, r, settle=True)
             except FleetError as err:
-                raise FleetError(mask(f"interrupted; putting {g.name} back in service failed: {err}; run the same "
-                                      f"command again to finish", self.secrets)) from None  # fmt: skip
+                failed.append((g, err))
+                continue
+            self.back.add(g.name)
+            done.append(f"{g.name} on generation {current} ({'as before' if current == before else 'new'})")
+        if failed:
+            g, why = failed[0]
+            raise FleetError(mask(f"interrupted; putting {g.name} back in service failed: {why}; run the same "
+                                  f"command again to finish", self.secrets))  # fmt: skip
         self.progress.note(f"back in service: {', '.join(done)}")
 
-    def _back_in_service(self, g: RollGroup, surveys: Mapping[str, Survey]) -> str:
-        """``g`` running healthy -- as it runs now if it does, else on the generation it ran
-        before this rollout (from prev/ if a new one was installed) -- and back in its routers.
-        Decided on what its hosts say now: the interrupt may have come before or after any step.
-        A group that ran nothing before and is not healthy now stays stopped (the deploy layer
-        tore it down).  Returns what serves, as ``on generation N (as before|new)``."""
-        units = self.desired[g.name]
-        now = self._survey(g)
-        healthy = False
-        if all(now[d.host].live.get(d.name, MISSING).state == "running" for d in units):
-            healthy = self._gate(g).healthy
-        before = _gen(surveys, units)
-        current = next((m.generation for d in units if (m := now[d.host].manifests.get(d.name)) is not None), None)
-        if not healthy and not self._served_before(g, surveys):
-            return "left stopped (it ran nothing before)"
-        if not healthy:
-            v = self._revert(g, surveys, now)
-            if not v.healthy:
-                raise v.error or FleetError(f"group {g.name} did not become healthy")
-            current = before
-        for r in self.homes.get(g.name, ()):
-            self._join(g, r, settle=True)
-        self.back.add(g.name)
-        if current == before:
-            return f"on generation {current} (as before)"
-        return f"on generation {current} (new)"
-
-    def _survey(self, g: RollGroup) -> dict[str, Survey]:
-        units = self.desired[g.name]
-        found = self.session.run(self._hosts([g]), lambda h, t: survey_host(t, h, self.target.deployment, units))
+    def _survey(self, groups: Sequence[RollGroup]) -> dict[str, Survey]:
+        units = [d for g in groups for d in self.desired[g.name]]
+        found = self.session.run(self._hosts(groups), lambda h, t: survey_host(t, h, self.target.deployment, units))
         err = first_error(found)
         if err is not None:
             raise err
         return {h: s for h, s in found.items() if isinstance(s, Survey)}
 
-    def _gate(self, g: RollGroup) -> Verdict:
+    def _gate(self, groups: Sequence[RollGroup]) -> dict[str, Verdict]:
+        """``groups`` gated together; a verdict per group (its deploy groups' merged)."""
         by_group: dict[str, list[Desired]] = {}
-        for d in self.desired[g.name]:
-            by_group.setdefault(d.unit.group, []).append(d)
+        for g in groups:
+            for d in self.desired[g.name]:
+                by_group.setdefault(d.unit.group, []).append(d)
+        if not by_group:
+            return {}
         verdicts = gate(
             by_group, self.session.transports, timeout_override=self.options.timeout_s, forks=self.session.forks,
             progress=self.progress,
         )  # fmt: skip
-        return _merge(list(verdicts.values()))
+        return {g.name: _merge([verdicts[u] for u in {d.unit.group for d in self.desired[g.name]}]) for g in groups}
 
-    def _revert(self, g: RollGroup, surveys: Mapping[str, Survey], now: Mapping[str, Survey]) -> Verdict:
-        """Every rank of ``g`` stopped at once on every host first (nothing is routed to it, and
-        no rank may meet one of another generation), then the generation the rollout found put
-        back where another one is installed (from prev/, which must hold it), started, gated."""
-        units = self.desired[g.name]
-        olds = {d.name: surveys[d.host].manifests.get(d.name) for d in units}
-        if any(m is None for m in olds.values()):
-            return Verdict(error=FleetError(f"group {g.name} had no previous generation on every rank"))
-        self.progress.note(f"group {g.name}: back to generation {_gen(surveys, units)}")
-
-        def stop(h: str, t: Transport) -> None:
-            mine = [d for d in units if d.host == h]
-            orchestrate.hold(t, [(d.unit.runtime, d.name) for d in mine])
-            for d in reversed(mine):
-                self.progress.update(Event(host=h, unit=d.name, state="stopping"))
-                check(t, stop_argv(d.unit.runtime, d.name, None), label=f"stop {d.name}")
+    def _revert(self, groups: Sequence[RollGroup], surveys: Mapping[str, Survey], now: Mapping[str, Survey]) -> dict[str, Verdict]:
+        """Every rank of ``groups`` stopped at once on every host first (nothing is routed to
+        them, and no rank may meet one of another generation), then the generation the rollout
+        found put back where another one is installed (from prev/, which must hold it), started,
+        all gated together."""
+        verdicts: dict[str, Verdict] = {}
+        olds = {d.name: surveys[d.host].manifests.get(d.name) for g in groups for d in self.desired[g.name]}
+        todo = []
+        for g in groups:
+            if any(olds[d.name] is None for d in self.desired[g.name]):
+                verdicts[g.name] = Verdict(error=FleetError(f"group {g.name} had no previous generation on every rank"))
+                continue
+            self.progress.note(f"group {g.name}: back to generation {_gen(surveys, self.desired[g.name])}")
+            todo.append(g)
+        units = [d for g in todo for d in self.desired[g.name]]
 
         def back(h: str, t: Transport) -> None:
             for d in units:
@@ -631,8 +631,9 @@ class _Rollout:
                 for argv in restore.start_argvs(old, d.dir):
                     check(t, argv, secrets=self.secrets)
 
-        err = first_error(self.session.run(self._hosts([g]), stop))
-        return Verdict(error=err) if err is not None else self._run_and_gate(g, back)
+        if todo:
+            verdicts.update(self._stop_start_gate(todo, None, back))
+        return verdicts
 
     # -- bookkeeping
 

@@ -2,7 +2,8 @@
 the deploy layer's own fixed scripts (recognised by identity, so a changed script shows up as an
 unknown command and fails the test).
 
-``fail_start``: unit names whose container exits (code 4) right after starting; ``fail_stop``:
+``fail_start``: unit names whose container exits (code 4) right after starting (``fail_args``: whose
+run.sh holds one of these strings); ``fail_stop``:
 units whose stop fails while they exist; ``unhealthy``:
 units whose health endpoint never answers; ``missing_images``: images not present locally.
 """
@@ -20,7 +21,7 @@ from launcher.deploy import lock, steps, wait
 from launcher.execute import files
 from launcher.execute.command import Command
 from launcher.execute.transport import Result, check_put_args
-from launcher.rolling import router_api
+from launcher.rolling import restore, router_api
 
 
 @dataclass
@@ -40,6 +41,7 @@ class SimHost:
         self.images: set[str] = set()
         self.missing_images: set[str] = set()
         self.fail_start: set[str] = set()
+        self.fail_args: set[str] = set()  # a start whose run.sh holds one of these exits (code 4)
         self.fail_stop: set[str] = set()  # units whose stop fails (the daemon refuses)
         self.unhealthy: set[str] = set()
         self.health_urls: dict[str, str] = {}  # url -> container that serves it
@@ -49,6 +51,7 @@ class SimHost:
         self.closed = False
         self.held: set[str] = set()  # containers whose restart policy was set to "no"
         self.journal: list[tuple[str, str, str]] = []  # (what, host, unit); may be shared by a fleet
+        self.events: list[tuple[str, str, str]] = []  # stops, starts, health waits: (what, host, unit); ditto
         self.trips = 0  # round trips: every run and put (the steps inside a batch are one)
         self.stdin = b""  # of the last run (a batch's file bytes)
 
@@ -109,8 +112,9 @@ class SimHost:
         assert name is not None
         unit = name.group(1)
         self.start_counts[unit] = self.start_counts.get(unit, 0) + 1
+        self.events.append(("start", self.name, unit))
         c = Container(starts=self.start_counts[unit])
-        if unit in self.fail_start:
+        if unit in self.fail_start or any(a in text for a in self.fail_args):
             c.state, c.exit_code = "exited", 4
             c.logs = ["loading weights", "FATAL: rendezvous with rank 0 failed"]
         self.containers[unit] = c
@@ -155,6 +159,31 @@ class SimHost:
             self.files[d + "/fence"] = (step.encode() + b"\n", 0o644)
         return 0, "", ""
 
+    def read_prev(self, p: Sequence[str]) -> tuple[int, str, str]:
+        kept = self.files.get(p[0] + "/prev/manifest.json")
+        return 0, kept[0].decode() if kept else "", ""
+
+    def swap(self, p: Sequence[str]) -> tuple[int, str, str]:
+        """``restore._SWAP``: the files kept in prev/ become current, the current ones go there."""
+        d, n = p[0], int(p[1])
+        current, previous = list(p[2:2 + n]), list(p[2 + n:])
+        if d + "/prev/manifest.json" not in self.files:
+            return 3, "", f"no previous generation kept in {d}/prev\n"
+        nxt = {d + "/prev" + f: self.files[f] for f in current if f in self.files}
+        for f in previous:
+            if d + "/prev" + f in self.files:
+                self.files[f] = self.files[d + "/prev" + f]
+        if d + "/manifest.json" in self.files:
+            nxt[d + "/prev/manifest.json"] = self.files[d + "/manifest.json"]
+        self.files[d + "/manifest.json"] = self.files[d + "/prev/manifest.json"]
+        for f in current:
+            if f not in previous:
+                self.files.pop(f, None)
+        for k in [k for k in self.files if k.startswith(d + "/prev/")]:
+            del self.files[k]
+        self.files.update(nxt)
+        return 0, "", ""
+
     def read_manifests(self, p: Sequence[str]) -> tuple[int, str, str]:
         paths = sorted(k for k in self.files if fnmatch.fnmatch(k, p[0] + "/*/manifest.json") and k.count("/") == p[0].count("/") + 2)
         return 0, "".join("\n" + self.files[k][0].decode() for k in paths), ""
@@ -180,6 +209,7 @@ class SimHost:
         """The health gate's remote wait, answered at once with what is true now (docker units
         only; the gate pads rounds that come back this fast)."""
         triples = [p[i:i + 3] for i in range(4, len(p), 3)]
+        self.events += [("wait", self.name, name) for _, name, _ in triples]
         _, inspect, _ = self.liveness(("fmt", *(name for _, name, _ in triples)))
         probes = "".join(f"{wait.MARK}probe {i} {int(self.probe((url,))[0] == 0)}\n"
                          for i, (_, _, url) in enumerate(triples) if url)
@@ -195,6 +225,7 @@ class SimHost:
 
     def stop(self, p: Sequence[str]) -> tuple[int, str, str]:
         self.journal.append(("stop", self.name, p[0]))
+        self.events.append(("stop", self.name, p[0]))
         if p[0] in self.fail_stop and p[0] in self.containers:
             return 1, "", f"Error response from daemon: cannot remove container {p[0]}: device or resource busy\n"
         self.containers.pop(p[0], None)
@@ -314,4 +345,6 @@ _SCRIPTS = {
     files._SCRIPT: SimHost.batch,
     steps._IMAGES: SimHost.images_present,
     router_api._REQUEST: SimHost.http,
+    restore._READ_PREV: SimHost.read_prev,
+    restore._SWAP: SimHost.swap,
 }
