@@ -323,10 +323,7 @@ def _revive(new: Target, connect: Connect, options: RollOptions, progress: Progr
                         for d in units:
                             if d.host != h:
                                 continue
-                            prev = restore.read_prev(t, d.dir)
-                            if prev is None:
-                                raise FleetError(f"{h}: {d.dir}/prev: no previous generation kept")
-                            restore.swap(t, d.dir, (), prev)
+                            prev = restore.swap_in_prev(t, h, d.dir, ())
                             sf = secrets_file(d, new.secrets)  # retiring removed it; prev/ never keeps one
                             if sf is not None:
                                 t.put(sf.path, sf.content, sf.mode)

@@ -14,6 +14,7 @@ from typing import Sequence
 
 from launcher.deploy.manifest import MANIFEST, Manifest, parse
 from launcher.deploy.remote import check, sh
+from launcher.errors import FleetError
 from launcher.execute.transport import Transport
 from launcher.render import SECRETS_FILE
 
@@ -63,6 +64,16 @@ def read_prev(t: Transport, unit_dir: str) -> Manifest | None:
 
 def swap(t: Transport, unit_dir: str, current: Sequence[str], previous: Manifest) -> None:
     check(t, swap_argv(unit_dir, current, previous.files), label=f"restore {unit_dir}/prev")
+
+
+def swap_in_prev(t: Transport, host: str, unit_dir: str, current: Sequence[str]) -> Manifest:
+    """The generation kept in ``unit_dir``/prev/ made current (``current``: the files it
+    replaces); returns its manifest.  Raises a one-line :class:`FleetError` if none is kept."""
+    prev = read_prev(t, unit_dir)
+    if prev is None:
+        raise FleetError(f"{host}: {unit_dir}/prev: no previous generation kept")
+    swap(t, unit_dir, current, prev)
+    return prev
 
 
 def start_argvs(m: Manifest, unit_dir: str) -> tuple[tuple[str, ...], ...]:

@@ -444,11 +444,8 @@ class _Rollout:
             for d in units:
                 if d.host != h:
                     continue
-                prev = restore.read_prev(t, d.dir)
-                if prev is None:
-                    raise FleetError(f"{h}: {d.dir}/prev: no previous generation kept")
                 current = surveys[h].manifests.get(d.name)
-                restore.swap(t, d.dir, current.files if current else d.owned, prev)
+                prev = restore.swap_in_prev(t, h, d.dir, current.files if current else d.owned)
                 self.restored_gen[d.unit.group] = prev.generation
                 self.progress.update(Event(host=h, unit=d.name, state="restoring", detail=f"generation {prev.generation}"))
                 for argv in restore.start_argvs(prev, d.dir):
