@@ -4,7 +4,10 @@ codes.  Each subcommand family lives in its own module and registers itself on :
 from __future__ import annotations
 
 import importlib
+import os
+import signal
 import sys
+from types import FrameType
 from typing import Any
 
 import click
@@ -41,8 +44,30 @@ class _Group(click.Group):
             click.echo(f"fleet: error: {err}", err=True)
             sys.exit(int(err.exit_code))
         except KeyboardInterrupt:
-            click.echo("fleet: interrupted", err=True)
-            sys.exit(int(ExitCode.INTERRUPTED))
+            if _ended_by is None:
+                click.echo("fleet: interrupted", err=True)
+                sys.exit(int(ExitCode.INTERRUPTED))
+            click.echo(f"fleet: terminated by {signal.Signals(_ended_by).name}", err=True)
+            sys.exit(128 + _ended_by)
+
+
+# SIGTERM (a job runner cancelling, `timeout`, systemd) and SIGHUP (the operator's SSH session
+# to the control host dropped) end fleet the way Ctrl-C does -- locks released, what is not
+# healthy torn down, a rolling batch put back in service -- instead of killing it mid-step.
+# A second signal of any of the three abandons that clean-up, as a second Ctrl-C does.
+_ended_by: int | None = None
+
+
+def _end(signum: int, frame: FrameType | None) -> None:
+    global _ended_by
+    _ended_by = signum
+    if signum == signal.SIGHUP:
+        # The terminal is gone: writing progress there would fail the clean-up.
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        os.close(null)
+    raise KeyboardInterrupt
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -51,4 +76,6 @@ def cli() -> None:
 
 
 def main() -> None:
+    signal.signal(signal.SIGTERM, _end)
+    signal.signal(signal.SIGHUP, _end)
     cli(prog_name="fleet")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 import urllib.request
@@ -71,9 +72,11 @@ class Fleet(CliProcess):
     def __init__(self, sb: Sandbox, tmp_path: Path, *args: str, name: str = "fleet") -> None:
         super().__init__(argv(sb, *args), tmp_path, name)
 
-    def interrupt(self) -> int:
-        """SIGINT, as Ctrl-C sends it; the exit status (fails if fleet outlives ``EXIT_S``)."""
-        self.sigint()
+    def interrupt(self, sig: signal.Signals = signal.SIGINT) -> int:
+        """SIGINT, as Ctrl-C sends it (or ``sig``); the exit status (fails if fleet outlives
+        ``EXIT_S``)."""
+        assert self.proc.poll() is None, f"fleet ended before the signal:\n{self.stdout}\n{self.stderr}"
+        self.proc.send_signal(sig)
         try:
             rc = self.proc.wait(timeout=EXIT_S)
         except subprocess.TimeoutExpired:
@@ -152,18 +155,32 @@ def sb(sandbox_fleet: Sandbox, tmp_path: Path) -> Iterator[Sandbox]:
         run(sandbox_fleet, *down)
 
 
-def test_ctrl_c_in_health_gate_leaves_nothing_half_up(sb: Sandbox, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("sig", "rc_want", "last_line"),
+    [
+        (signal.SIGINT, 130, "fleet: interrupted\n"),
+        (signal.SIGTERM, 143, "fleet: terminated by SIGTERM\n"),
+        (signal.SIGHUP, 129, ""),  # the terminal is gone: nothing more is written to it
+    ],
+)
+def test_ctrl_c_in_health_gate_leaves_nothing_half_up(
+    sb: Sandbox, tmp_path: Path, sig: signal.Signals, rc_want: int, last_line: str
+) -> None:
+    """Ctrl-C; also SIGTERM (a job runner cancelling fleet) and SIGHUP (the operator's SSH
+    session to the control host dropped), which clean up the same way."""
     fleet = Fleet(sb, tmp_path, "up", str(playbook(tmp_path, 60)), "--skip-preflight")
     try:
         # Both ranks started; their stand-ins stay unready for 60 s: fleet is in its health gate.
         wait_for("containers on both hosts", lambda: all(containers(sb, h) for h in HOSTS), fleet)
         assert all(locked(sb, h) for h in HOSTS), "the deploy holds its lock while it waits"
         conns = fleet_ssh(sb, fleet)
-        rc = fleet.interrupt()
+        rc = fleet.interrupt(sig)
     finally:
         fleet.close()
-    assert rc == 130, fleet.stderr
-    assert fleet.stderr.endswith("fleet: interrupted\n"), fleet.stderr
+    assert rc == rc_want, fleet.stderr
+    assert "Traceback" not in fleet.stderr, fleet.stderr
+    if last_line:  # (after SIGHUP stderr goes nowhere: a traceback would show as exit status 1)
+        assert fleet.stderr.endswith(last_line), fleet.stderr
     no_trace_left(sb, conns)
     up_again(sb, tmp_path)
 
