@@ -54,10 +54,12 @@ _BREAK = 'if [ -d "$1" ]; then cat "$1/owner" 2>/dev/null || echo "(no owner fil
 # missing directory ends the script before `exec` could (a failed redirection of `exec` would
 # exit the shell anyway).
 _SERIAL = (
-    'd=$1 o=$2 t=$3; shift 3; '
+    'd=$1 o=$2 t=$3 w=$4; shift 4; '
     'command -v flock >/dev/null 2>&1 || { echo "flock not found (util-linux): fleet needs it to start units" >&2; exit 127; }; '
     '[ -d "$d" ] || { echo "not started: the deploy lock $d is gone" >&2; exit 75; }; '
-    'exec 9>>"$d/ops"; flock 9 || exit; '
+    'exec 9>>"$d/ops"; '
+    'flock -w "$w" 9 || { echo "not started: another start of this deployment still runs on this host after ${w}s '
+    '(left by an interrupted run?)" >&2; exit 75; }; '
     'held=; IFS= read -r held 2>/dev/null <"$d/owner"; '
     '[ "$held" = "$o" ] || { echo "not started: this run no longer holds the deploy lock $d" >&2; exit 75; }; '
     'f=; IFS= read -r f 2>/dev/null <"$d/fence"; '
@@ -123,11 +125,14 @@ def release(shell: Transport, deployment: str, owner: str) -> None:
     check(shell, sh(_RELEASE, lock_dir(deployment), owner), label=f"rm -rf {lock_dir(deployment)}")
 
 
+SERIAL_WAIT_S = 90  # for another start holding the flock; below the caller's step timeout
+
+
 def serial_argv(deployment: str, owner: str, step: str, argv: Sequence[str]) -> tuple[str, ...]:
     """``argv`` run on the host only while ``owner`` holds the deploy lock and start step
-    ``step`` is not fenced off, holding the lock directory's ``ops`` flock meanwhile.  Exit 75
-    (nothing run) otherwise."""
-    return sh(_SERIAL, lock_dir(deployment), owner, step, *argv)
+    ``step`` is not fenced off, holding the lock directory's ``ops`` flock meanwhile (waiting
+    up to :data:`SERIAL_WAIT_S` for it).  Exit 75 (nothing run) otherwise."""
+    return sh(_SERIAL, lock_dir(deployment), owner, step, str(SERIAL_WAIT_S), *argv)
 
 
 def fence_argv(deployment: str, step: str, wait_s: float) -> tuple[str, ...]:

@@ -142,7 +142,7 @@ class SimHost:
         """``lock.serial_argv``: the command, logged as itself, if the lock is still the
         caller's and its start step is not fenced off (the simulated host runs one command at a
         time, so the flock itself has nothing to order)."""
-        d, owner, step, argv = p[0], p[1], p[2], tuple(p[3:])
+        d, owner, step, argv = p[0], p[1], p[2], tuple(p[4:])
         held = self.files.get(d + "/owner")
         if held is None or held[0].decode().strip() != owner:
             return 75, "", f"not started: this run no longer holds the deploy lock {d}\n"

@@ -33,8 +33,8 @@ def lockdir(tmp_path: Path) -> Path:
     return d
 
 
-def _serial(shell: str, d: Path, step: str, *argv: str, owner: str = OWNER) -> list[str]:
-    return _argv(shell, lock._SERIAL, str(d), owner, step, *argv)
+def _serial(shell: str, d: Path, step: str, *argv: str, owner: str = OWNER, wait_s: int = 20) -> list[str]:
+    return _argv(shell, lock._SERIAL, str(d), owner, step, str(wait_s), *argv)
 
 
 def _fence(shell: str, d: Path, step: str, wait_s: int) -> subprocess.CompletedProcess[str]:
@@ -43,7 +43,7 @@ def _fence(shell: str, d: Path, step: str, wait_s: int) -> subprocess.CompletedP
 
 def test_argv_builders_pass_the_lock_dir_owner_and_step_as_parameters() -> None:
     assert lock.serial_argv("dep", OWNER, "s1", ("sh", "/etc/fleet/dep/u/run.sh")) == (
-        "sh", "-c", lock._SERIAL, "sh", "/run/lock/fleet/dep", OWNER, "s1", "sh", "/etc/fleet/dep/u/run.sh",
+        "sh", "-c", lock._SERIAL, "sh", "/run/lock/fleet/dep", OWNER, "s1", "90", "sh", "/etc/fleet/dep/u/run.sh",
     )  # fmt: skip
     assert lock.fence_argv("dep", "s1", 120.0) == ("sh", "-c", lock._FENCE, "sh", "/run/lock/fleet/dep", "s1", "120")
 
@@ -123,6 +123,21 @@ def test_a_fence_gives_up_on_a_start_still_running(shell: str, lockdir: Path, tm
         hung.wait(10)
     assert (res.returncode, res.stderr) == (1, "a start is still running after 1s; its unit may come up later\n")
     assert not (lockdir / "fence").exists()
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_start_behind_a_hung_one_gives_up_and_says_why(shell: str, lockdir: Path, tmp_path: Path) -> None:
+    began, late = tmp_path / "began", tmp_path / "late"
+    hung = subprocess.Popen(_serial(shell, lockdir, "s0", "sh", "-c", 'touch "$1"; exec sleep 30', "sh", str(began)))
+    try:
+        _until_began(hung, began)
+        res = subprocess.run(_serial(shell, lockdir, "s1", "touch", str(late), wait_s=1), capture_output=True, text=True, timeout=30)
+    finally:
+        hung.kill()
+        hung.wait(10)
+    assert (res.returncode, res.stderr) == (75, "not started: another start of this deployment still runs on this host "
+                                                "after 1s (left by an interrupted run?)\n")  # fmt: skip
+    assert not late.exists()
 
 
 @pytest.mark.parametrize("shell", SHELLS)
