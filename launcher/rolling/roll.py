@@ -459,8 +459,21 @@ class _Rollout:
         """Every rank of ``groups`` held and stopped (``grace_s`` to drain) on every host, then
         ``start(host, transport)`` on every host, then the groups gated together.  A group with a
         rank on a host where a step failed gets that error."""
-        units = [d for g in groups for d in self.desired[g.name]]
         hosts = self._hosts(groups)
+        stopped = self._stop(groups, grace_s)
+        started = self.session.run([h for h in hosts if not isinstance(stopped[h], FleetError)], start)
+        verdicts: dict[str, Verdict] = {}
+        for g in groups:
+            err = next((r for h in self._hosts([g]) for r in (stopped[h], started.get(h)) if isinstance(r, FleetError)), None)
+            if err is not None:
+                verdicts[g.name] = Verdict(error=err)
+        verdicts.update(self._gate([g for g in groups if g.name not in verdicts]))
+        return verdicts
+
+    def _stop(self, groups: Sequence[RollGroup], grace_s: int | None) -> dict[str, object]:
+        """Every rank of ``groups`` held, then stopped (``grace_s`` to drain), on every host at
+        once; each host's outcome (a :class:`FleetError` where it failed)."""
+        units = [d for g in groups for d in self.desired[g.name]]
 
         def stop(h: str, t: Transport) -> None:
             mine = [d for d in units if d.host == h]
@@ -470,15 +483,7 @@ class _Rollout:
                 wait = STEP_TIMEOUT_S if grace_s is None else grace_s + 60
                 check(t, stop_argv(d.unit.runtime, d.name, grace_s), label=f"stop {d.name}", timeout=wait)
 
-        stopped = self.session.run(hosts, stop)
-        started = self.session.run([h for h in hosts if not isinstance(stopped[h], FleetError)], start)
-        verdicts: dict[str, Verdict] = {}
-        for g in groups:
-            err = next((r for h in self._hosts([g]) for r in (stopped[h], started.get(h)) if isinstance(r, FleetError)), None)
-            if err is not None:
-                verdicts[g.name] = Verdict(error=err)
-        verdicts.update(self._gate([g for g in groups if g.name not in verdicts]))
-        return verdicts
+        return self.session.run(self._hosts(groups), stop)
 
     def _infra(self, changing: Sequence[GroupChange], surveys: Mapping[str, Survey]) -> None:
         """`fleet up` (rolling): changed router / Mooncake / gateway groups restart after the
