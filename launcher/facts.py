@@ -56,15 +56,15 @@ _SECTIONS: tuple[tuple[str, str], ...] = (
     (
         "ib_ports",
         "for p in /sys/class/infiniband/*/ports/*; do [ -e \"$p\" ] || continue; d=${p%/ports/*}; "
-        "printf '%s\\t%s\\t%s\\t%s\\n' \"${d##*/}\" \"${p##*/}\" \"$(cat \"$p/state\" 2>/dev/null)\" "
-        "\"$(cat \"$p/link_layer\" 2>/dev/null)\"; done",
+        "s=; read -r s 2>/dev/null <\"$p/state\"; l=; read -r l 2>/dev/null <\"$p/link_layer\"; "
+        "printf '%s\\t%s\\t%s\\t%s\\n' \"${d##*/}\" \"${p##*/}\" \"$s\" \"$l\"; done",
     ),
     (
         "gids",
         "for g in /sys/class/infiniband/*/ports/*/gids/*; do [ -e \"$g\" ] || continue; "
         "p=${g%/gids/*}; i=${g##*/}; d=${p%/ports/*}; "
-        "t=$(cat \"$p/gid_attrs/types/$i\" 2>/dev/null); n=$(cat \"$p/gid_attrs/ndevs/$i\" 2>/dev/null); "
-        "v=$(cat \"$g\" 2>/dev/null); "
+        "t=; read -r t 2>/dev/null <\"$p/gid_attrs/types/$i\"; n=; read -r n 2>/dev/null <\"$p/gid_attrs/ndevs/$i\"; "
+        "v=; read -r v 2>/dev/null <\"$g\"; "
         "printf '%s\\t%s\\t%s\\t%s\\t%s\\t%s\\n' \"${d##*/}\" \"${p##*/}\" \"$i\" \"$t\" \"$n\" \"$v\"; done",
     ),
     ("ip_addr", "ip -j addr show 2>/dev/null || { ip -o link show && ip -o addr show; }"),
@@ -94,18 +94,20 @@ def sections_script(sections: Sequence[tuple[str, str]], *, first: Sequence[tupl
 
     parts = [_PRELUDE, *(inline(n, c) for n, c in first)]
     if sections:
-        # The inner subshell keeps a section's own ``exit`` from skipping its status file.
-        background = [f"( ( {cmd} ) >\"$fleet_d/{i}\" 2>&1; echo $? >\"$fleet_d/{i}.rc\" ) &"
-                      for i, (_, cmd) in enumerate(sections)]
-        collect = [f"echo '{MARKER}{name} rc='\"$(cat \"$fleet_d/{i}.rc\" 2>/dev/null || echo 255)\"; "
-                   f"out=$(cat \"$fleet_d/{i}\" 2>/dev/null); printf '%s\\n' \"$out\""
+        # Each section writes its whole block (as run inline) to its own file; one ``cat`` prints
+        # them in order (a fork per section cost a host's CPU where hosts share it).  A section
+        # whose file stayed empty (its subshell was killed) shows rc=255.
+        background = [f"( {inline(n, c)} ) >\"$fleet_d/{i}\" 2>&1 &" for i, (n, c) in enumerate(sections)]
+        missing = [f"[ -s \"$fleet_d/{i}\" ] || printf '%s\\n\\n' '{MARKER}{name} rc=255' >\"$fleet_d/{i}\""
                    for i, (name, _) in enumerate(sections)]
+        files = " ".join(f"\"$fleet_d/{i}\"" for i in range(len(sections)))
         parts += [
             "if fleet_d=$(mktemp -d 2>/dev/null); then",
             "trap 'rm -rf \"$fleet_d\"' EXIT",
             *background,
             "wait",
-            *collect,
+            *missing,
+            f"cat {files}",
             "else",
             *(inline(n, c) for n, c in sections),
             "fi",
