@@ -109,8 +109,10 @@ class Cli(CliProcess):
 
     def interrupt_and(self, then: Callable[[], None]) -> int:
         """SIGINT, then ``then()``; the exit status once fleet has settled.  Remembers fleet's
-        connections (also those it opens while settling) and what it had printed before."""
+        connections (those open at the interrupt -- fleet may exit before the first look after
+        it -- and those it opens while settling) and what it had printed before."""
         self.seen_at_interrupt = self.stderr
+        self.conns |= local_conns(self.proc.pid)
         self.sigint()
         then()
         deadline = time.monotonic() + SETTLE_S
