@@ -61,10 +61,16 @@ UNITS = {h: f"fleet-{DEPLOYMENT}-single{i}-r0" for i, h in enumerate(HOSTS)}
 GROUPS = {h: f"{DEPLOYMENT}/single{i}" for i, h in enumerate(HOSTS)}
 
 
+# Generations whose case interrupts at a "starting" line: their stand-ins stay unready for 2 s,
+# so the Ctrl-C surely lands before the health gate passes, however slow the test is to react.
+SLOW_START = {3, 7, 8}
+
+
 def _playbook(tmp: Path, gen: int) -> str:
     """rolling-router.yaml as its own deployment (name, ports) with generation label ``gen``."""
     ports = {"http": HTTP_PORT, "router": ROUTER_PORT, "router_metrics": 29300}
-    return router_variant(tmp, DEPLOYMENT, ports, f"rri-v{gen}", {"FLEET_GENERATION": str(gen)})
+    env = {"FLEET_GENERATION": str(gen), **({"FLEET_STANDIN_START_DELAY": "2"} if gen in SLOW_START else {})}
+    return router_variant(tmp, DEPLOYMENT, ports, f"rri-v{gen}", env)
 
 
 Setup = tuple[Sandbox, Path, str]
