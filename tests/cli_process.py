@@ -43,10 +43,10 @@ class CliProcess:
     def stderr(self) -> str:
         return self.err_path.read_text()
 
-    def sigint(self) -> None:
-        """SIGINT, as Ctrl-C sends it, without waiting."""
+    def sigint(self, sig: signal.Signals = signal.SIGINT) -> None:
+        """SIGINT, as Ctrl-C sends it (or ``sig``), without waiting."""
         assert self.proc.poll() is None, f"fleet ended before Ctrl-C:\n{self.stdout}\n{self.stderr}"
-        self.proc.send_signal(signal.SIGINT)
+        self.proc.send_signal(sig)
 
     def group_gone(self) -> bool:
         """Whether nothing of the process group is left (fleet and anything it started)."""

@@ -270,20 +270,12 @@ class _Rollout:
                 self._report(g.name, i, outcome, drain=how, surveys=surveys, after=True)
                 continue
             ok = False
-            self.errors.append(mask(f"batch {i}: group {g.name}: {v.error}", self.secrets))
-            if v.detail:
-                self.details[g.name] = mask(v.detail, self.secrets)
-            if self.action == "restart":
-                back = restored[g.name]
-                if back.healthy:
-                    self._put_back(g, registered.get(g.name, ()))
-                    self.back.add(g.name)
-                    gen = _gen(surveys, self.desired[g.name])
-                    self._report(g.name, i, "restored", drain=how, surveys=surveys,
-                                 detail=f"previous generation {gen if gen is not None else '?'} restored and healthy")  # fmt: skip
-                    continue
-                self.errors.append(mask(f"batch {i}: group {g.name}: restoring the previous generation failed: {back.error}", self.secrets))
-            self._report(g.name, i, "failed", drain=how, surveys=surveys, detail="left stopped")
+            back = restored.get(g.name)  # None: a rollback, nothing put back
+            if self._failed(g, i, f"batch {i}: ", v, back, surveys, how):
+                self._put_back(g, registered.get(g.name, ()))
+                self.back.add(g.name)
+            elif back is None:
+                self._report(g.name, i, "failed", drain=how, surveys=surveys, detail="left stopped")
         if not ok:
             self.errors.append(f"rollout halted at batch {i}/{len(self.batches)}: later batches not touched")
         return ok
@@ -447,9 +439,7 @@ class _Rollout:
                 current = surveys[h].manifests.get(d.name)
                 prev = restore.swap_in_prev(t, h, d.dir, current.files if current else d.owned)
                 self.restored_gen[d.unit.group] = prev.generation
-                self.progress.update(Event(host=h, unit=d.name, state="restoring", detail=f"generation {prev.generation}"))
-                for argv in restore.start_argvs(prev, d.dir):
-                    check(t, argv, secrets=self.secrets)
+                self._start_kept(h, t, d, prev)
 
         return self._stop_start_gate(groups, STOP_TIMEOUT_S, back)
 
@@ -469,6 +459,12 @@ class _Rollout:
                 verdicts[g.name] = Verdict(error=err)
         verdicts.update(self._gate([g for g in groups if g.name not in verdicts]))
         return verdicts
+
+    def _start_kept(self, h: str, t: Transport, d: Desired, m: Manifest) -> None:
+        """Starts ``d`` on the generation ``m`` its files now hold (swapped back from prev/)."""
+        self.progress.update(Event(host=h, unit=d.name, state="restoring", detail=f"generation {m.generation}"))
+        for argv in restore.start_argvs(m, d.dir):
+            check(t, argv, secrets=self.secrets)
 
     def _stop(self, groups: Sequence[RollGroup], grace_s: int | None) -> dict[str, object]:
         """Every rank of ``groups`` held, then stopped (``grace_s`` to drain), on every host at
@@ -501,32 +497,45 @@ class _Rollout:
             except KeyboardInterrupt:
                 self._recover("interrupted while restarting the routers / Mooncake / gateway", groups, surveys)
                 raise
+            merged = {g.name: _merge([verdicts[c.group] for c in batch if any(u.group == c.group for u in g.units)])
+                      for g in groups}  # fmt: skip
+            failed = [g for g in groups if not merged[g.name].healthy and self._served_before(g, surveys)]
+            restored = self._revert(failed, surveys, self._survey(failed)) if failed else {}
             for g in groups:
-                v = _merge([verdicts[c.group] for c in batch if any(u.group == c.group for u in g.units)])
+                v = merged[g.name]
                 if v.healthy:
                     self._report(g.name, 0, "restarted", surveys=surveys, after=True)
                     continue
-                self.errors.append(mask(f"group {g.name}: {v.error}", self.secrets))
-                if v.detail:
-                    self.details[g.name] = mask(v.detail, self.secrets)
-                if not self._served_before(g, surveys):
+                back = restored.get(g.name)  # None: it ran nothing before
+                self._failed(g, 0, "", v, back, surveys)
+                if back is None:
                     self._report(g.name, 0, "failed", surveys=surveys, detail="new; left stopped")
-                    continue
-                back = self._revert([g], surveys, self._survey([g]))[g.name]
-                if back.healthy:
-                    gen = _gen(surveys, self.desired[g.name])
-                    self._report(g.name, 0, "restored", surveys=surveys, detail=f"previous generation {gen} restored and healthy")
-                else:
-                    self.errors.append(mask(f"group {g.name}: restoring the previous generation failed: {back.error}", self.secrets))
-                    self._report(g.name, 0, "failed", surveys=surveys, detail="left stopped")
             if any(self.reports[g.name].outcome != "restarted" for g in groups):
                 return
+
+    def _failed(self, g: RollGroup, i: int, where: str, v: Verdict, back: Verdict | None,
+                surveys: Mapping[str, Survey], drain: str = "-") -> bool:
+        """Records ``g``'s failed restart (``where`` prefixes its error lines) and, when the
+        previous generation was put back (``back``), the outcome of that: ``restored`` (returns
+        True: the caller puts it back in service) or ``failed``.  ``back`` None: nothing put
+        back, nothing reported (the caller says why)."""
+        self.errors.append(mask(f"{where}group {g.name}: {v.error}", self.secrets))
+        if v.detail:
+            self.details[g.name] = mask(v.detail, self.secrets)
+        if back is None:
+            return False
+        if back.healthy:
+            gen = _gen(surveys, self.desired[g.name])
+            self._report(g.name, i, "restored", drain=drain, surveys=surveys,
+                         detail=f"previous generation {gen if gen is not None else '?'} restored and healthy")  # fmt: skip
+            return True
+        self.errors.append(mask(f"{where}group {g.name}: restoring the previous generation failed: {back.error}", self.secrets))
+        self._report(g.name, i, "failed", drain=drain, surveys=surveys, detail="left stopped")
+        return False
 
     def _served_before(self, g: RollGroup, surveys: Mapping[str, Survey]) -> bool:
         """Every rank of ``g`` had a generation when the rollout began (one to go back to)."""
         return all(surveys[d.host].manifests.get(d.name) is not None for d in self.desired[g.name])
-
-
 
     # -- Ctrl-C
 
@@ -629,9 +638,7 @@ class _Rollout:
                     if kept is None or kept.render_hash != old.render_hash:
                         raise FleetError(f"{h}: {d.dir}/prev does not hold generation {old.generation}")
                     restore.swap(t, d.dir, cur.files if cur is not None else d.owned, kept)
-                self.progress.update(Event(host=h, unit=d.name, state="restoring", detail=f"generation {old.generation}"))
-                for argv in restore.start_argvs(old, d.dir):
-                    check(t, argv, secrets=self.secrets)
+                self._start_kept(h, t, d, old)
 
         if todo:
             verdicts.update(self._stop_start_gate(todo, None, back))

@@ -75,8 +75,7 @@ class Fleet(CliProcess):
     def interrupt(self, sig: signal.Signals = signal.SIGINT) -> int:
         """SIGINT, as Ctrl-C sends it (or ``sig``); the exit status (fails if fleet outlives
         ``EXIT_S``)."""
-        assert self.proc.poll() is None, f"fleet ended before the signal:\n{self.stdout}\n{self.stderr}"
-        self.proc.send_signal(sig)
+        self.sigint(sig)
         try:
             rc = self.proc.wait(timeout=EXIT_S)
         except subprocess.TimeoutExpired:
