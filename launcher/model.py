@@ -280,7 +280,7 @@ class HostSpec:
     gpu_memory_gib: int | None = None
     fabric: Fabric = "none"
     hcas: tuple[str, ...] = ()  # e.g. ("mlx5_0", "mlx5_1")
-    gid_index: int | Literal["auto"] | None = None  # RoCE v2 IPv4 GID index, per host
+    gid_index: int | Literal["auto"] | None = None  # RoCE v2 IPv4 GID index, per host (RoCE: auto if unset)
     nccl_ifname: str | None = None  # the NIC NCCL/Gloo must use
     data_ip: str | None = None  # data-plane IP for dist-init / bootstrap
     ib_tc: int | None = None

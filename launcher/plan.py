@@ -25,7 +25,7 @@ import dataclasses
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 from launcher import constraints, network
 from launcher.engines import ascend, flags, mooncake, router, sglang, vllm
@@ -376,8 +376,7 @@ def _network_env(sh: _Shared, inst: _Instance, host: Host, ctx: InstanceContext)
     cross_node = inst.parallelism.gpus > recipe.hardware.gpus_per_node
     pd = ctx.transfer_backend
     uses_mooncake = pd == "mooncake" or recipe.mooncake_store is not None
-    needs_gid = cross_node or pd is not None or uses_mooncake
-    gid = network.gid_index(host, sh.facts) if needs_gid else None
+    gid = network.gid_index(host, sh.facts) if _needs_gid(recipe, inst) else None
     env: dict[str, str] = {}
     if recipe.engine == "vllm-ascend":
         env.update(ascend.env(ctx.gpus))
@@ -462,6 +461,33 @@ def _labels(sh: _Shared, group: str, role: Role, rank: int) -> dict[str, str]:
         "fleet.recipe": sh.recipe.id,
         "fleet.role": role,
     }
+
+
+def _needs_gid(recipe: Recipe, inst: _Instance) -> bool:
+    """Whether the instance's ranks move data over RDMA (NCCL across nodes, PD KV transfer or
+    a Mooncake store), and so need their host's GID index."""
+    cross_node = inst.parallelism.gpus > recipe.hardware.gpus_per_node
+    pd = recipe.pd is not None and inst.role in ("prefill", "decode")
+    return cross_node or pd or recipe.mooncake_store is not None
+
+
+def _check_auto_gids(inventory: Inventory, recipe: Recipe, instances: Sequence[_Instance],
+                     facts: Mapping[str, HostFacts] | None) -> None:  # fmt: skip
+    """Every RoCE host whose ``gid_index: auto`` this plan needs has facts; else one error
+    naming all of them and the command that gathers theirs."""
+    needed = {r.host.name for inst in instances if _needs_gid(recipe, inst) for r in inst.ranks}
+    missing = [
+        h for h in inventory.hosts
+        if h.name in needed and h.spec.fabric == "roce" and h.spec.gid_index == "auto"
+        and (facts is None or h.name not in facts)
+    ]  # fmt: skip
+    if missing:
+        names = [h.name for h in missing]
+        raise PlanError(
+            missing[0].source,
+            f"gid_index is auto on {', '.join(names)} but no facts are cached for "
+            f"{'them' if len(names) > 1 else 'it'}: run `fleet facts -i {inventory.path} --limit {','.join(names)}`",
+        )
 
 
 def _engine_units(sh: _Shared, inst: _Instance, executor: Executor = "mp") -> list[Unit]:
@@ -773,6 +799,7 @@ def plan(
     ports = _ports(recipe, playbook)
     views = {h.name: _host_view(h, facts) for h in inventory.hosts}
     instances = _place(recipe, playbook, inventory, views)
+    _check_auto_gids(inventory, recipe, instances, facts)
     first = instances[0].ranks[0].host
     prefill_first = next((i.ranks[0].host for i in instances if i.role == "prefill"), first)
     decode_first = next((i.ranks[0].host for i in instances if i.role == "decode"), first)

@@ -35,7 +35,9 @@ def list_command(inventory_path: str, limit: str | None, as_json: bool) -> None:
     inv = load_inventory(inventory_path)
     hosts = select(inv, limit, None, "--limit") if limit is not None else inv.hosts
     names = {h.name for h in hosts}
-    shown = [g for g in inv.groups.values() if limit is None or names & set(g.hosts)]
+    # As `ansible-inventory --list`: a group with neither hosts nor children (an empty
+    # `ungrouped`) is not shown.
+    shown = [g for g in inv.groups.values() if (names & set(g.hosts) if limit is not None else g.hosts or g.children)]
     members = {g.name: [h for h in g.hosts if h in names] for g in shown}
     if as_json:
         groups = {

@@ -6,7 +6,9 @@ merged variables equal what ``ansible-inventory -i FILE --list`` reports: host r
 group and Ansible's variable precedence (all < groups by depth, ``ansible_group_priority``, name
 < group_vars/all < group_vars/<group> < host vars < host_vars/<host>).  Fleet's own host vars
 (the :class:`HostSpec` field names) are decoded strictly; an error points at the line the bad
-value came from.  Hosts are in Ansible's ``all`` order: a breadth-first walk of the groups from
+value came from (``ansible_port`` must be a TCP port, ``data_ip`` an IP address, ``gpu_count``
+and ``gid_index`` not negative).  A RoCE host without ``gid_index`` gets ``auto`` (read from its
+own GID table in facts); a group's numeric ``gid_index`` applies like any var, host over group.  Hosts are in Ansible's ``all`` order: a breadth-first walk of the groups from
 ``all``, each level in declaration order.  (Ansible takes each level from an unordered set, so
 where several groups on one level have children its own order may vary between runs; fleet's
 does not.)  INI values are typed as ansible-core 2.19 types them: host-line and ``[group:vars]``
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import ipaddress
 import re
 import shlex
 import string
@@ -32,7 +35,6 @@ from launcher.model import Group, Host, HostSpec, Inventory, Source
 
 _SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(HostSpec))
 _INVALID_GROUP_CHARS = re.compile(r"^[\d\W]|[^\w]")
-_GID_MISSING = "gid_index is required on RoCE hosts: a number, or 'auto' to take it from facts"
 
 
 @dataclass(slots=True)
@@ -529,18 +531,15 @@ def _resolve(data: _Data, path: str) -> Inventory:
         host = data.hosts[name]
         merged[name] = _merged_vars(data, host, sorted(memberships[name], key=precedence))
         specs[name] = _decode_spec(merged[name])
-    _check_gid_groups(data, specs, position)
     hosts: list[Host] = []
     for name in all_order:
         entry = data.hosts[name]
         mv = merged[name]
-        if specs[name].fabric == "roce" and specs[name].gid_index is None:
-            raise InputError(entry.source, _GID_MISSING, entry.key_path)
         hosts.append(
             Host(
                 name=name,
                 address=_opt(mv, "ansible_host", str) or name,
-                port=_opt(mv, "ansible_port", int) or 22,
+                port=_port(mv),
                 user=_opt(mv, "ansible_user", str),
                 key_file=_opt(mv, "ansible_ssh_private_key_file", str),
                 ssh_common_args=_opt(mv, "ansible_ssh_common_args", str),
@@ -572,30 +571,30 @@ def _opt(mv: dict[str, _Var], key: str, tp: type) -> Any:
 def _decode_spec(mv: dict[str, _Var]) -> HostSpec:
     hints = field_hints(HostSpec)
     values = {k: decode(mv[k].node, hints[k], mv[k].key_path) for k in _SPEC_FIELDS if k in mv}
+    if values.get("fabric") == "roce" and values.get("gid_index") is None:
+        # RoCE v2 GID indices differ between hosts: unset means "read this host's GID table".
+        values["gid_index"] = "auto"
     spec = HostSpec(**values)
-    if spec.gpu_count < 0:
-        var = mv["gpu_count"]
-        raise InputError(var.node.source, "should not be negative", var.key_path)
+    for name in ("gpu_count", "gid_index"):
+        value = getattr(spec, name)
+        if isinstance(value, int) and value < 0:
+            var = mv[name]
+            raise InputError(var.node.source, f"should not be negative, got {value}", var.key_path)
+    if spec.data_ip is not None:
+        try:
+            ipaddress.ip_address(spec.data_ip)
+        except ValueError:
+            var = mv["data_ip"]
+            raise InputError(var.node.source, f"should be an IP address, got {spec.data_ip!r}", var.key_path) from None
     return spec
 
 
-def _check_gid_groups(data: _Data, specs: dict[str, HostSpec], position: dict[str, int]) -> None:
-    """A numeric gid_index in a group's vars covering several RoCE hosts is refused: RoCE v2 GID
-    indices differ between hosts, so one shared number breaks some of them."""
-    for gname, g in data.groups.items():
-        for var in (g.vars.get("gid_index"), g.file_vars.get("gid_index")):
-            if var is None:
-                continue
-            value = decode(var.node, field_hints(HostSpec)["gid_index"], var.key_path)
-            if not isinstance(value, int):
-                continue
-            roce = [h for h in data.group_hosts(gname) if specs[h].fabric == "roce"]
-            if len(roce) > 1:
-                roce.sort(key=position.__getitem__)
-                raise InputError(
-                    var.node.source,
-                    f"gid_index {value} in group {gname!r} would apply to {len(roce)} RoCE hosts "
-                    f"({', '.join(roce[:3])}{', ...' if len(roce) > 3 else ''}); GID indices differ "
-                    "between hosts: set it per host, or 'auto' to take it from facts",
-                    var.key_path,
-                )
+def _port(mv: dict[str, _Var]) -> int:
+    """``ansible_port``, else 22; a TCP port number (1-65535)."""
+    port: int | None = _opt(mv, "ansible_port", int)
+    if port is None:
+        return 22
+    if not 1 <= port <= 65535:
+        var = mv["ansible_port"]
+        raise InputError(var.node.source, f"should be a TCP port (1-65535), got {port}", var.key_path)
+    return port

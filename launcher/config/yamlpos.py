@@ -3,6 +3,9 @@
 Contract: :func:`load_yaml` parses one YAML document with PyYAML's safe rules and returns a tree
 of :class:`Scalar`, :class:`Seq` and :class:`Map` nodes.  Duplicate keys, syntax errors, empty
 files and multi-document files are :class:`InputError` s with a 1-based ``path:line:col``.
+Hostile input is bounded: nesting deeper than :data:`MAX_DEPTH`, an alias inside the node it
+names, and aliases expanding the document past :data:`MAX_VALUES` values are errors at the
+offending line; each shared node is built once, so loading stays linear in the file's size.
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ import yaml
 
 from launcher.errors import InputError
 from launcher.model import Source
+
+MAX_DEPTH = 100  # nested mappings/lists: config files need a handful; the composer recurses
+MAX_VALUES = 250_000  # values once aliases are expanded: ~10x a large fleet's inventory
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -118,12 +124,68 @@ def _src(path: str, mark: yaml.Mark | None) -> Source:
     return Source(path=path, line=mark.line + 1, col=mark.column + 1)
 
 
+class _Loader(yaml.SafeLoader):
+    """SafeLoader whose composer bounds nesting and alias expansion (see the module contract)."""
+
+    def __init__(self, stream: str, path: str) -> None:
+        super().__init__(stream)
+        self.path = path
+        self.depth = 0
+        self.open_anchors: set[str] = set()  # anchors of the collections being composed
+        self.sizes: dict[int, int] = {}  # id(node) -> values in it once aliases are expanded
+        self.values = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        where = _src(self.path, event.start_mark)
+        if isinstance(event, yaml.AliasEvent):
+            if event.anchor in self.open_anchors:
+                raise InputError(where, f"alias *{event.anchor} is inside the node it names (it would never end)")
+            node = super().compose_node(parent, index)
+            self.values += self.sizes.get(id(node), 1)
+            if self.values > MAX_VALUES:
+                raise InputError(where, f"aliases expand the document past {MAX_VALUES} values")
+            return node
+        collection = isinstance(event, yaml.CollectionStartEvent)
+        if collection:
+            self.depth += 1
+            if self.depth > MAX_DEPTH:
+                raise InputError(where, f"nested more than {MAX_DEPTH} levels deep")
+            if event.anchor is not None:
+                self.open_anchors.add(event.anchor)
+        self.values += 1
+        node = super().compose_node(parent, index)
+        if collection:
+            self.depth -= 1
+            self.open_anchors.discard(event.anchor or "")
+        if node is not None:
+            self.sizes[id(node)] = 1 + sum([self.sizes.get(id(n), 1) for n in _children(node)])
+        return node
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
 class _Builder:
+    """yaml nodes -> positioned nodes; a node reached again through an alias is built once."""
+
     def __init__(self, path: str) -> None:
         self.path = path
         self.loader = yaml.SafeLoader("")
+        self.built: dict[int, Node] = {}
 
     def build(self, node: yaml.Node) -> Node:
+        done = self.built.get(id(node))
+        if done is None:
+            done = self.built[id(node)] = self._build(node)
+        return done
+
+    def _build(self, node: yaml.Node) -> Node:
         src = _src(self.path, node.start_mark)
         if isinstance(node, yaml.ScalarNode):
             return Scalar(value=self.loader.construct_object(node, deep=True), source=src)
@@ -153,10 +215,21 @@ class _Builder:
         return Map(items=tuple(items.values()), source=src)
 
 
+def _compose(text: str, path: str) -> list[yaml.Node | None]:
+    loader = _Loader(text, path)
+    try:
+        docs: list[yaml.Node | None] = []
+        while loader.check_node():
+            docs.append(loader.get_node())
+        return docs
+    finally:
+        loader.dispose()
+
+
 def parse_yaml(text: str, path: str) -> Node | None:
     """Parse ``text`` (named ``path`` in errors); None for an empty document."""
     try:
-        docs = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+        docs = _compose(text, path)
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         what = err.problem or err.context or "unparsable"
@@ -164,7 +237,7 @@ def parse_yaml(text: str, path: str) -> Node | None:
     except yaml.YAMLError as err:
         raise InputError(Source(path=path, line=1, col=1), f"invalid YAML: {err}") from None
     if len(docs) > 1:
-        raise InputError(_src(path, docs[1].start_mark), "expected one YAML document, found several")
+        raise InputError(_src(path, docs[1].start_mark if docs[1] else None), "expected one YAML document, found several")
     if not docs or docs[0] is None:
         return None
     try:

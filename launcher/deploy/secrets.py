@@ -3,8 +3,9 @@ of fleet's own process or a file), overridden by ``--secret NAME=@FILE`` / ``--s
 NAME=env:VAR`` / ``--secret NAME`` (env var NAME).
 
 Contract: a value is never taken from the command line itself (it would show in ``ps`` on the
-control node); a missing or empty value is a :class:`UsageError` naming the secret, never its
-value.
+control node); a missing or empty value, a file that is not UTF-8 text or holds a NUL byte is a
+:class:`UsageError` naming the secret, never its value.  A file's trailing line ending (LF or
+CRLF, as editors leave it) is not part of the value.
 """
 
 from __future__ import annotations
@@ -55,9 +56,15 @@ def resolve(
 def _value(ref: SecretRef, environ: Mapping[str, str]) -> str:
     if ref.from_file is not None:
         try:
-            value = Path(ref.from_file).expanduser().read_text().rstrip("\n")
+            value = Path(ref.from_file).expanduser().read_bytes().decode("utf-8").rstrip("\r\n")
         except OSError as err:
             raise UsageError(f"secret {ref.name}: cannot read {ref.from_file}: {err.strerror}") from None
+        except UnicodeDecodeError as err:
+            raise UsageError(
+                f"secret {ref.name}: {ref.from_file} is not UTF-8 text (byte {err.start}); a secret is text"
+            ) from None
+        if "\0" in value:
+            raise UsageError(f"secret {ref.name}: {ref.from_file} contains a NUL byte, which no env file can carry")
     elif ref.from_env is not None:
         if ref.from_env not in environ:
             raise UsageError(f"secret {ref.name}: environment variable {ref.from_env} is not set")

@@ -84,16 +84,20 @@ def test_ini_loose_values_read_as_the_field_type(tmp_path: Path) -> None:
             "hosts.yaml:3:13: all/vars/fabric: should be one of 'roce', 'ib', 'none', got 'rocee'",
         ),
         (
-            "all:\n  hosts:\n    r1: {fabric: roce, gid_index: 3}\n    r2: {fabric: roce}\n",
-            "hosts.yaml:4:5: all/hosts/r2: gid_index is required on RoCE hosts: a number, or 'auto' to take it "
-            "from facts",
+            "all:\n  hosts:\n    r1: {fabric: roce, gid_index: -1}\n",
+            "hosts.yaml:3:35: all/hosts/r1/gid_index: should not be negative, got -1",
         ),
         (
-            "all:\n  children:\n    rtx:\n      vars:\n        fabric: roce\n        gid_index: 3\n"
-            "      hosts:\n        r1:\n        r2:\n        r3:\n        r4:\n",
-            "hosts.yaml:6:20: all/children/rtx/vars/gid_index: gid_index 3 in group 'rtx' would apply to 4 RoCE "
-            "hosts (r1, r2, r3, ...); GID indices differ between hosts: set it per host, or 'auto' to take it "
-            "from facts",
+            "all:\n  hosts:\n    r1: {ansible_port: 99999}\n",
+            "hosts.yaml:3:24: all/hosts/r1/ansible_port: should be a TCP port (1-65535), got 99999",
+        ),
+        (
+            "all:\n  vars:\n    ansible_port: 0\n  hosts:\n    r1:\n",
+            "hosts.yaml:3:19: all/vars/ansible_port: should be a TCP port (1-65535), got 0",
+        ),
+        (
+            "all:\n  hosts:\n    r1: {data_ip: not-an-ip}\n",
+            "hosts.yaml:3:19: all/hosts/r1/data_ip: should be an IP address, got 'not-an-ip'",
         ),
         (
             "all:\n  children:\n    rtx:\n      hostz:\n        r1:\n",
@@ -128,12 +132,9 @@ def test_yaml_errors(tmp_path: Path, text: str, message: str) -> None:
         ("[g]\nh1 gpu_count=eight\n", "hosts.ini:2:14: g/h1/gpu_count: should be an integer, got 'eight'"),
         ("[g]\nh1\n[g:vars]\ngpu_count = eight\n", "hosts.ini:4:13: g:vars/gpu_count: should be an integer, got 'eight'"),
         ("[g]\nh1 fabric=roce  gid_index=three\n", "hosts.ini:2:27: g/h1/gid_index: should be an integer or 'auto', got 'three'"),
-        ("[g]\nh1 fabric=roce\n", "hosts.ini:2:1: g/h1: gid_index is required on RoCE hosts: a number, or 'auto' to take it from facts"),
-        (
-            "[g]\nh1 fabric=roce\nh2 fabric=roce\n[g:vars]\ngid_index=3\n",
-            "hosts.ini:5:11: g:vars/gid_index: gid_index 3 in group 'g' would apply to 2 RoCE hosts (h1, h2); GID "
-            "indices differ between hosts: set it per host, or 'auto' to take it from facts",
-        ),
+        ("[g]\nh1 fabric=roce gid_index=-2\n", "hosts.ini:2:26: g/h1/gid_index: should not be negative, got -2"),
+        ("[g]\nh1:99999\n", "hosts.ini:2:1: g/h1: should be a TCP port (1-65535), got 99999"),
+        ("[g]\nh1 data_ip=10.0.0.300\n", "hosts.ini:2:12: g/h1/data_ip: should be an IP address, got '10.0.0.300'"),
         ("[g]\nh1 gpu_count\n", "hosts.ini:2:1: g/h1: expected key=value after the host name, got 'gpu_count'"),
         ("[g:vars]\nx=1\n", "hosts.ini:1:1: section [g:vars] is for a group that is never defined"),
         ("[p:children]\nq\n", "hosts.ini:2:1: section [p:children] names group 'q', which is never defined"),
@@ -156,6 +157,21 @@ def test_group_vars_file_errors_point_into_the_file(tmp_path: Path) -> None:
 def test_auto_gid_on_a_group_is_fine(tmp_path: Path) -> None:
     p = _inv(tmp_path, "all:\n  vars: {fabric: roce, gid_index: auto}\n  hosts:\n    a:\n    b:\n")
     assert [h.spec.gid_index for h in load_inventory(p).hosts] == ["auto", "auto"]
+
+
+def test_roce_hosts_without_gid_index_default_to_auto(tmp_path: Path) -> None:
+    p = _inv(tmp_path, "all:\n  hosts:\n    r1: {fabric: roce, gid_index: 3}\n    r2: {fabric: roce}\n    n1:\n")
+    assert [h.spec.gid_index for h in load_inventory(p).hosts] == [3, "auto", None]
+
+
+def test_a_host_overrides_its_groups_numeric_gid_index(tmp_path: Path) -> None:
+    # Ansible precedence: host_vars/ over group_vars/; preflight checks each host's own value.
+    p = _inv(tmp_path, "roce:\n  hosts:\n    r1:\n    r2:\n    r3:\n")
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "roce.yml").write_text("fabric: roce\ngid_index: 3\n")
+    (tmp_path / "host_vars").mkdir()
+    (tmp_path / "host_vars" / "r2.yml").write_text("gid_index: 5\n")
+    assert [h.spec.gid_index for h in load_inventory(p).hosts] == [3, 5, 3]
 
 
 def test_numeric_gid_on_a_group_of_one_roce_host_is_fine(tmp_path: Path) -> None:

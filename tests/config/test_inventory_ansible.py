@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from launcher.cli import cli
 from launcher.config.inventory import load_inventory
 from tests.config.ansible_ref import inventory_view
 from tests.config.conftest import FIXTURES, REPO
@@ -59,3 +61,23 @@ def test_example_yaml_and_ini_are_the_same_fleet() -> None:
         assert dict(a.vars) == dict(b.vars), a.name
         assert a.spec == b.spec, a.name
     assert {n: g.hosts for n, g in yaml_inv.groups.items()} == {n: g.hosts for n, g in ini_inv.groups.items()}
+
+
+@pytest.mark.parametrize("path", INVENTORIES, ids=_ids)
+def test_inventory_list_json_agrees_with_ansible_inventory(path: Path) -> None:
+    """What the operator sees (`fleet inventory list --json`) is what `ansible-inventory --list` says."""
+    result = CliRunner().invoke(cli, ["inventory", "list", "-i", str(path), "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    ref = inventory_view(path)
+    assert [h["name"] for h in data["hosts"]] == list(ref.order)
+    assert {h["name"]: h["vars"] for h in data["hosts"]} == {h: ref.hostvars.get(h, {}) for h in ref.order}
+    assert {name: set(g["hosts"]) for name, g in data["groups"].items()} == {n: set(m) for n, m in ref.groups.items()}
+
+
+def test_roce_layout_resolves_gid_per_host() -> None:
+    inv = load_inventory(FIXTURES / "inventories" / "roce_overrides" / "hosts.ini")
+    assert {h.name: h.spec.gid_index for h in inv.hosts} == {
+        "rtx-a01": 3, "rtx-a02": 5, "rtx-a03": 3, "rtx-b1": "auto", "rtx-b2": "auto", "cpu1": None, "cpu2": None,
+    }  # fmt: skip
+    assert inv.host("rtx-b2").port == 2200 and inv.host("cpu1").port == 2222

@@ -36,3 +36,25 @@ def test_bad_sources(flag: str, env: dict[str, str], message: str) -> None:
     with pytest.raises(UsageError) as err:
         resolve(REFS, (flag,), env)
     assert str(err.value) == message
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"\x89PNG\r\n\x1a\n\xff\xfe", "secret HF_TOKEN: {f} is not UTF-8 text (byte 0); a secret is text"),
+        (b"hf_abc\x00def\n", "secret HF_TOKEN: {f} contains a NUL byte, which no env file can carry"),
+        (b"\r\n", "secret HF_TOKEN: empty value"),
+    ],
+)
+def test_bad_secret_files(tmp_path: Path, content: bytes, message: str) -> None:
+    f = tmp_path / "tok"
+    f.write_bytes(content)
+    with pytest.raises(UsageError) as err:
+        resolve(REFS, (f"HF_TOKEN=@{f}",), {})
+    assert str(err.value) == message.format(f=f)
+
+
+def test_a_crlf_file_leaves_no_carriage_return(tmp_path: Path) -> None:
+    f = tmp_path / "tok"
+    f.write_bytes(b"hf_abc\r\n")
+    assert resolve(REFS, (f"HF_TOKEN=@{f}",), {}) == {"HF_TOKEN": "hf_abc"}

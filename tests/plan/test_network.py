@@ -87,6 +87,20 @@ def test_auto_gid_without_facts_says_run_fleet_facts() -> None:
     assert str(err.value) == "inv.yaml:3:5: a/gid_index: gid_index is auto but no facts were gathered: run `fleet facts`"
 
 
+def test_a_plan_names_every_auto_gid_host_without_facts_and_the_command() -> None:
+    a = f.host("a", "10.0.0.1", fabric="roce", hcas=("mlx5_0",), gid_index="auto")
+    b = f.host("b", "10.0.0.2", fabric="roce", hcas=("mlx5_0",), gid_index="auto")
+    with pytest.raises(PlanError) as err:
+        plan(f.inventory(a, b), f.catalog(f.multinode()), f.playbook({"rank": "all"}))
+    assert str(err.value) == (
+        "inv.yaml:3:5: gid_index is auto on a, b but no facts are cached for them: "
+        "run `fleet facts -i inv.yaml --limit a,b`"
+    )
+    # One node, no RDMA traffic: no GID index needed, so no facts either.
+    single = plan(f.inventory(a), f.catalog(f.recipe()), f.playbook({"single": "a"}))
+    assert all("NCCL_IB_GID_INDEX" not in u.env for u in single.units)
+
+
 def test_multinode_ranks_get_their_own_host_env() -> None:
     a = f.host("a", "10.0.0.1", fabric="roce", hcas=("mlx5_0",), gid_index=3)
     b = f.host("b", "10.0.0.2", fabric="roce", hcas=("mlx5_0",), gid_index=5, nccl_ifname="eth2")
