@@ -267,10 +267,12 @@ def failure_logs_argv(runtime: Runtime, name: str, lines: int) -> tuple[str, ...
 def failure_lines(runtime: Runtime, out: str, restarted: bool) -> tuple[list[str], str]:
     """``(log lines, the line naming the failure)`` from :func:`failure_logs_argv`'s answer.
 
-    The failure line is the last non-empty line, except when the runtime restarted the unit:
-    then the log also holds the new run's first lines, and the failure is the last line of the
-    run that died -- docker: the last line stamped before the current run started; systemd: the
-    last line before systemd's last "Main process exited" line.
+    The failure line is the last non-empty line of the run that died.  docker: the last line,
+    or, when docker restarted the unit (its log then also holds the new run's first lines), the
+    last line stamped before the current run started.  systemd: the last line before systemd's
+    last "Main process exited" line, restarted or not -- a real journal ends every dead run with
+    systemd's own lines ("Main process exited", "Failed with result 'exit-code'"), which name no
+    cause.
     """
     started = ""
     if runtime == "docker":
@@ -282,7 +284,7 @@ def failure_lines(runtime: Runtime, out: str, restarted: bool) -> tuple[list[str
     died = entries
     if restarted and runtime == "docker" and started:
         died = [(stamp, text) for stamp, text in entries if stamp and _ns(stamp) < _ns(started)] or entries
-    elif restarted and runtime == "systemd":
+    elif runtime == "systemd":
         ends = [i for i, (_, text) in enumerate(entries) if _SYSTEMD_EXITED in text]
         died = entries[: ends[-1]] if ends and ends[-1] > 0 else entries
     last = next((text.strip() for _, text in reversed(died) if text.strip()), "")

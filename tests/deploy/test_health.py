@@ -233,6 +233,23 @@ def test_a_restarted_systemd_unit_is_reported_by_the_run_that_died(host: Host) -
     )
 
 
+def test_a_failed_systemd_unit_is_reported_by_its_own_last_line_not_systemds(host: Host) -> None:
+    """A real journal ends a dead run with systemd's own lines (seen on the systemd sandbox
+    hosts); the failure is the engine's last line before them, even before any restart."""
+    block = "Id={}.service\nLoadState=loaded\nActiveState=activating\nSubState=auto-restart\nExecMainStatus=1\nNRestarts=0"
+    host.set(f"systemd.{R1}.service", block.format(R1))
+    host.set("journal", "\n".join((
+        f"2026-01-01T00:00:01+0000 h2 systemd[1]: Started {R1}.service.",
+        "2026-01-01T00:00:01+0000 h2 engine[7]: FATAL: injected failure: crash-at-start",
+        f"2026-01-01T00:00:01+0000 h2 systemd[1]: {R1}.service: Main process exited, code=exited, status=1/FAILURE",
+        f"2026-01-01T00:00:01+0000 h2 systemd[1]: {R1}.service: Failed with result 'exit-code'.",
+    )))  # fmt: skip
+    assert errors(run_gate([systemd(units(R1)[0])], local("h2")))["g0"] == (
+        f"{RUN1} restarting while its group was starting (exit 1): "
+        "2026-01-01T00:00:01+0000 h2 engine[7]: FATAL: injected failure: crash-at-start"
+    )
+
+
 def test_deadline_fails_a_group_whose_endpoint_never_answers(host: Host) -> None:
     host.set(f"docker.{R0}", "running|0|0")
     error = errors(run_gate(units(R0), local("h1"), timeout=0.5))["g0"]
