@@ -122,7 +122,7 @@ def floor(pb: Path, inv: Path, known: str) -> dict[str, Any]:
     Returns seconds from the first start to the last step healthy (``steps_s``: per step)."""
     import threading
 
-    from launcher.cli.deploy import load_target
+    from launcher.pipeline import load_target
     from launcher.deploy.desired import step_of
     from launcher.deploy.steps import probe_argv, stop_argv
     from launcher.execute.hostkeys import KnownHosts

@@ -20,8 +20,8 @@ from __future__ import annotations
 from typing import Mapping
 
 from launcher.errors import PlanError
-from launcher.facts import HostFacts
 from launcher.model import Host
+from launcher.preflight.facts import HostFacts
 
 
 def data_ip(host: Host) -> str:

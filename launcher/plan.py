@@ -42,7 +42,7 @@ from launcher.engines.context import (
 )
 from launcher.config.recipes import Catalog
 from launcher.errors import PlanError
-from launcher.facts import HostFacts
+from launcher.preflight.facts import HostFacts
 from launcher.model import (
     ContainerSpec,
     HealthCheck,

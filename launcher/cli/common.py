@@ -1,43 +1,22 @@
-"""What the commands that talk to hosts share: SSH options, the connector, and the inputs of a
-playbook command loaded once (inventory, catalog, playbook).
-
-Contract: :func:`load_inputs` raises :class:`~launcher.errors.InputError` naming the file and
-line of the first bad input; nothing has touched a host by then.  The catalog is opened on
-demand (:func:`~launcher.config.recipes.open_catalog`): a command deploying one recipe parses
-one recipe file.
+"""What the commands that talk to hosts share: SSH options, the connector, the execution
+layer's notices on stderr and the progress display.  Loading a deployment is
+:mod:`launcher.pipeline`'s.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable, Sequence
+import contextlib
+import logging
+import sys
+from contextlib import ExitStack
+from typing import Callable, Iterator, Sequence
 
 import click
 
-from launcher.config.inventory import load_inventory
-from launcher.config.recipes import Catalog, open_catalog
 from launcher.execute.fanout import DEFAULT_FORKS
 from launcher.execute.hostkeys import KnownHosts
 from launcher.execute.ssh import SshConnector
-from launcher.model import Inventory, Playbook
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Inputs:
-    """A playbook command's inputs, loaded and cross-checked."""
-
-    inventory: Inventory
-    catalog: Catalog
-    playbook: Playbook
-
-
-def load_inputs(playbook_path: str | Path, inventory_path: str | Path) -> Inputs:
-    from launcher.config.playbook import load_playbook
-
-    inventory = load_inventory(inventory_path)
-    catalog = open_catalog()
-    return Inputs(inventory=inventory, catalog=catalog, playbook=load_playbook(Path(playbook_path), catalog, inventory))
+from launcher.output import LinesProgress, LiveProgress, Progress, QuietProgress
 
 
 def ssh_options(f: Callable[..., None]) -> Callable[..., None]:
@@ -56,3 +35,29 @@ def ssh_options(f: Callable[..., None]) -> Callable[..., None]:
 def connector(known_hosts: Sequence[str], trust_new: bool) -> SshConnector:
     """Strict host-key checking against ``known_hosts`` files and ``~/.ssh/known_hosts``."""
     return SshConnector(KnownHosts.for_operator(tuple(known_hosts), trust_new=trust_new))
+
+
+class _EchoHandler(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        click.echo(f"fleet: {record.getMessage()}", err=True)
+
+
+@contextlib.contextmanager
+def execute_log_to_stderr() -> Iterator[None]:
+    """Show the execution layer's notices (e.g. a newly trusted host key) on stderr."""
+    logger = logging.getLogger("fleet.execute")
+    handler = _EchoHandler(logging.INFO)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+
+
+def progress(stack: ExitStack, quiet: bool) -> Progress:
+    """Nothing when ``quiet``; a live display on a terminal (closed with ``stack``); else lines."""
+    if quiet:
+        return QuietProgress()
+    if sys.stderr.isatty():
+        return stack.enter_context(LiveProgress())
+    return LinesProgress()

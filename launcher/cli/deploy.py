@@ -16,62 +16,15 @@ from typing import Iterator, Mapping, Sequence
 import click
 
 from launcher.cli import cli
-from launcher.cli.common import Inputs, connector as _connector, load_inputs, ssh_options as _ssh_options
-from launcher.config.patterns import select
-from launcher import facts_cache
+from launcher.cli.common import connector as _connector, progress, ssh_options as _ssh_options
+from launcher.cli.preflight import gate
 from launcher.deploy import orchestrate
-from launcher.deploy.desired import Desired, from_rendered, limit
 from launcher.deploy.orchestrate import Options, Report, Target
 from launcher.deploy.secrets import resolve
 from launcher.deploy.status import UnitStatus, logs, status
 from launcher.errors import ExitCode, FleetError
-from launcher.model import Host, Inventory, Plan, Playbook
-from launcher.output import LinesProgress, LiveProgress, Progress, QuietProgress, dumps, print_table, table
-from launcher.plan import plan
-from launcher.render import render
-
-
-def load_target(
-    playbook_path: str, inventory_path: str, limit_pattern: str | None, secret_flags: Sequence[str] | None
-) -> Target:
-    """Load → plan (with the cached facts) → render → the deploy layer's view.  ``secret_flags``
-    None: secrets are not resolved (status, logs, down never need their values)."""
-    inputs = load_inputs(playbook_path, inventory_path)
-    secrets = resolve(inputs.playbook.secrets, secret_flags) if secret_flags is not None else {}
-    return target_of(inputs, planned(inputs), limit_pattern, secrets)
-
-
-def planned(inputs: Inputs) -> Plan:
-    """The plan made with the facts cached by the last ``fleet facts`` / preflight."""
-    return plan(inputs.inventory, inputs.catalog, inputs.playbook, facts_cache.load_facts(inputs.inventory))
-
-
-def target_of(inputs: Inputs, the_plan: Plan, limit_pattern: str | None, secrets: Mapping[str, str]) -> Target:
-    """Render ``the_plan`` into the deploy layer's view, narrowed to ``limit_pattern``'s hosts."""
-    units = from_rendered(the_plan, render(the_plan))
-    hosts = _claimed_hosts(inputs.playbook, inputs.inventory, units)
-    if limit_pattern is not None:
-        chosen = {h.name for h in select(inputs.inventory, limit_pattern)}
-        units = limit(units, chosen)
-        hosts = tuple(h for h in hosts if h.name in chosen)
-    return Target(deployment=the_plan.deployment, recipe=the_plan.recipe, hosts=hosts, units=units, secrets=secrets)
-
-
-def _claimed_hosts(playbook: Playbook, inventory: Inventory, units: Sequence[Desired]) -> tuple[Host, ...]:
-    """Every host a placement pattern of the playbook matches: where units of this deployment
-    may run now or ran before (so units dropped from the plan are found and removed)."""
-    names = {d.host for d in units}
-    for placement in playbook.placement.values():
-        names |= {h.name for h in select(inventory, placement.hosts)}
-    return tuple(h for h in inventory.hosts if h.name in names)
-
-
-def _progress(stack: ExitStack, quiet: bool) -> Progress:
-    if quiet:
-        return QuietProgress()
-    if sys.stderr.isatty():
-        return stack.enter_context(LiveProgress())
-    return LinesProgress()
+from launcher.output import LinesProgress, dumps, print_table, table
+from launcher.pipeline import deployment, load_inputs, load_target, target_of
 
 
 def _print_report(report: Report, as_json: bool) -> None:
@@ -140,21 +93,19 @@ def up_command(
         connector = stack.enter_context(_connector(known_hosts, trust_new_hosts))
         the_plan = None
         if not skip_preflight:
-            from launcher.cli.preflight import gate
-
             # Planned with the facts the gate just gathered (gid_index: auto resolves there).
             the_plan = gate(inputs, connector, forks=forks, quiet=quiet or as_json).plan
-        target = target_of(inputs, planned(inputs) if the_plan is None else the_plan, limit_pattern, secret_values)
-        progress = _progress(stack, quiet or as_json or check)
+        target = target_of(deployment(inputs, the_plan), limit_pattern, secret_values)
+        shown = progress(stack, quiet or as_json or check)
         if rolling:
             # rollout: rolling — changed groups restart in batches, drained out of their routers.
             from launcher.cli.rolling import run_rolling_up
 
-            code = run_rolling_up(inputs.playbook, target, connector.connect, progress, forks=forks,
+            code = run_rolling_up(inputs.playbook, target, connector.connect, shown, forks=forks,
                                   timeout_s=timeout_s, break_lock=break_lock, as_json=as_json,
                                   router_urls=router_urls)  # fmt: skip
             sys.exit(code)
-        report = orchestrate.up(target, connector.connect, options, progress)
+        report = orchestrate.up(target, connector.connect, options, shown)
     _print_report(report, as_json)
     sys.exit(int(report.exit_code))
 
@@ -175,8 +126,8 @@ def down_command(
     target = load_target(playbook, inventory_path, limit_pattern, None)
     with ExitStack() as stack:
         connector = stack.enter_context(_connector(known_hosts, trust_new_hosts))
-        progress = _progress(stack, quiet or as_json)
-        report = orchestrate.down(target, connector.connect, Options(forks=forks, break_lock=break_lock), progress)
+        report = orchestrate.down(target, connector.connect, Options(forks=forks, break_lock=break_lock),
+                                  progress(stack, quiet or as_json))  # fmt: skip
     _print_report(report, as_json)
     sys.exit(int(report.exit_code))
 
@@ -285,10 +236,13 @@ def demo_command(keep: bool, n_hosts: int, name: str) -> None:
     try:
         with _connector((st.known_hosts,), False) as connector:
             for pb in DEMO_PLAYBOOKS:
-                target = load_target(str(root / pb), st.inventory, None, ())
+                inputs = load_inputs(root / pb, st.inventory)
+                secret_values = resolve(inputs.playbook.secrets, ())
                 click.echo(f"\n$ fleet up {shown / pb} -i {st.inventory} --known-hosts {st.known_hosts}",
                            err=True)  # fmt: skip
                 t = time.monotonic()
+                # As `fleet up` does: the preflight gate first, its plan made with fresh facts.
+                target = target_of(deployment(inputs, gate(inputs, connector).plan), None, secret_values)
                 deployed.append(target)
                 report = orchestrate.up(target, connector.connect, Options(), LinesProgress())
                 timed(f"fleet up {target.deployment}", t)

@@ -7,28 +7,14 @@ the whole plan (sorted keys).  Nothing is contacted: planning is pure.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
-from launcher import facts_cache
 from launcher.cli import cli
-from launcher.config.inventory import load_inventory
-from launcher.config.recipes import Catalog, load_catalog
 from launcher.errors import UsageError
-from launcher.model import Inventory, Plan, Playbook
+from launcher.model import Plan
 from launcher.output import dumps, print_table, table
-from launcher.plan import auto_playbook, plan, to_jsonable
-
-
-def _playbook(target: str, catalog: Catalog, inventory: Inventory, hosts: str | None) -> Playbook:
-    if target.endswith((".yaml", ".yml")) or Path(target).is_file():
-        if hosts is not None:
-            raise UsageError("fleet plan: --hosts places a recipe id; a playbook has its own placement")
-        from launcher.config.playbook import load_playbook
-
-        return load_playbook(Path(target), catalog, inventory)
-    return auto_playbook(catalog.get(target), inventory, hosts)
+from launcher.pipeline import is_playbook, load_inputs, planned
+from launcher.plan import to_jsonable
 
 
 def _ranges(numbers: tuple[int, ...]) -> str:
@@ -63,9 +49,9 @@ def rows(p: Plan) -> list[tuple[str, ...]]:
 @click.option("--json", "as_json", is_flag=True, help="Print the full plan as JSON.")
 def plan_command(target: str, inventory_path: str, hosts: str | None, as_json: bool) -> None:
     """Show the units TARGET (a playbook file or a recipe id) would run, host by host."""
-    inventory = load_inventory(inventory_path)
-    catalog = load_catalog()
-    result = plan(inventory, catalog, _playbook(target, catalog, inventory, hosts), facts_cache.load_facts(inventory))
+    if hosts is not None and is_playbook(target):
+        raise UsageError("fleet plan: --hosts places a recipe id; a playbook has its own placement")
+    result = planned(load_inputs(target, inventory_path, place_on=hosts))
     if as_json:
         data = to_jsonable(result)
         assert isinstance(data, dict)

@@ -9,22 +9,24 @@ check failed, 1 some check failed (each failure printed on stderr with its host 
 from __future__ import annotations
 
 import sys
-from typing import IO, Callable, Sequence
+from typing import IO, TYPE_CHECKING, Callable, Sequence
 
 import click
 
-from launcher import facts_cache, preflight
 from launcher.cli import cli
-from launcher.cli.common import Inputs, connector as _connector, ssh_options as _ssh_options
-from launcher.cli.run import _execute_log_to_stderr
+from launcher.cli.common import connector as _connector, execute_log_to_stderr, ssh_options as _ssh_options
 from launcher.config.inventory import load_inventory
 from launcher.config.patterns import select
 from launcher.execute.fanout import DEFAULT_FORKS
 from launcher.execute.ssh import SshConnector
-from launcher.facts import HostFacts
 from launcher.model import Host
 from launcher.output import dumps, print_table, table
-from launcher.preflight_run import FactsRound, PreflightReport, gather_facts, run_preflight, run_preflight_paths
+from launcher.preflight import checks, facts_cache
+from launcher.preflight.facts import HostFacts
+from launcher.preflight.run import FactsRound, PreflightReport, gather_facts, run_preflight, run_preflight_paths
+
+if TYPE_CHECKING:
+    from launcher.pipeline import Inputs
 
 
 def _note(line: str) -> None:
@@ -91,7 +93,7 @@ def facts_rows(round_: FactsRound, hosts: Sequence[Host]) -> list[tuple[str, ...
 
 
 def facts_json(round_: FactsRound, hosts: Sequence[Host]) -> dict[str, object]:
-    from launcher.facts import to_json
+    from launcher.preflight.facts import to_json
 
     out: list[dict[str, object]] = []
     for h in hosts:
@@ -120,7 +122,7 @@ def facts_command(inventory_path: str, known_hosts: tuple[str, ...], trust_new_h
     (gid_index: auto) under ~/.cache/fleet/facts/."""
     inventory = load_inventory(inventory_path)
     hosts = select(inventory, limit_pattern) if limit_pattern else inventory.hosts
-    with _execute_log_to_stderr(), _connector(known_hosts, trust_new_hosts) as connector:
+    with execute_log_to_stderr(), _connector(known_hosts, trust_new_hosts) as connector:
         round_ = gather_facts(inventory, hosts, connector, forks=forks, cache=not no_cache)
     if as_json:
         click.echo(dumps(facts_json(round_, hosts)))
@@ -141,7 +143,7 @@ def preflight_json(report: PreflightReport) -> dict[str, object]:
     units = []
     if report.plan is not None:
         units = [{"host": u.host, "unit": u.name, "group": u.group, "rank": u.rank,
-                  "network_env": preflight.network_env(u)} for u in report.plan.units]  # fmt: skip
+                  "network_env": checks.network_env(u)} for u in report.plan.units]  # fmt: skip
     return {
         "deployment": report.deployment,
         "recipe": report.recipe,
@@ -212,7 +214,7 @@ def preflight_command(playbook: str, inventory_path: str, known_hosts: tuple[str
     --device (overrides.drop_docker_flags, as the sandbox playbooks do), since RDMA is then off
     by choice and NCCL/Mooncake run over TCP.
     """
-    with _execute_log_to_stderr(), _connector(known_hosts, trust_new_hosts) as connector:
+    with execute_log_to_stderr(), _connector(known_hosts, trust_new_hosts) as connector:
         report = run_preflight_paths(playbook, inventory_path, connector, forks=forks,
                                      level="full" if checksums else "cheap",
                                      note=(lambda _: None) if as_json else _note)  # fmt: skip
@@ -237,11 +239,11 @@ def collect_command(playbook: str, inventory_path: str, known_hosts: tuple[str, 
     output, docker inspect and rendered files (never secrets.env); per host facts, GID tables,
     nvidia-smi topo -m, NICs and the kernel log tail; plus the plan and a manifest.  Unreachable
     hosts are recorded in the manifest, not fatal."""
-    from launcher.cli.common import load_inputs
-    from launcher.collect import collect
+    from launcher.pipeline import load_inputs
+    from launcher.preflight.collect import collect
 
     inputs = load_inputs(playbook, inventory_path)
-    with _execute_log_to_stderr(), _connector(known_hosts, trust_new_hosts) as connector:
+    with execute_log_to_stderr(), _connector(known_hosts, trust_new_hosts) as connector:
         report = collect(inputs.inventory, inputs.catalog, inputs.playbook, connector, output, tail=tail_n,
                          forks=forks)
     for h in report.hosts:

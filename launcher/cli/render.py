@@ -15,15 +15,12 @@ from pathlib import Path
 
 import click
 
-from launcher import facts_cache
 from launcher.cli import cli
-from launcher.config.inventory import load_inventory
 from launcher.config.patterns import select
-from launcher.config.recipes import load_catalog
 from launcher.errors import FleetError, UsageError
 from launcher.model import Runtime
-from launcher.plan import auto_playbook, plan
-from launcher.render import RenderedHost, render
+from launcher.pipeline import deployment, is_playbook, load_inputs
+from launcher.render import RenderedHost
 
 
 def _write(out: Path, host: RenderedHost) -> None:
@@ -51,17 +48,11 @@ def render_command(target: str, inventory_path: str, hosts: str | None, output: 
         raise UsageError(f"fleet render: -o {output}: not a directory")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise UsageError(f"fleet render: -o {output}: directory is not empty (--force writes into it)")
-    inventory = load_inventory(inventory_path)
-    catalog = load_catalog()
-    if target.endswith((".yaml", ".yml")) or Path(target).is_file():
-        from launcher.config.playbook import load_playbook
-
-        playbook = load_playbook(Path(target), catalog, inventory)
-        keep = {h.name for h in select(inventory, hosts, None, "--hosts")} if hosts else None
-    else:
-        playbook = auto_playbook(catalog.get(target), inventory, hosts)
-        keep = None
-    rendered = render(plan(inventory, catalog, playbook, facts_cache.load_facts(inventory)), runtime)
+    # --hosts places a recipe id, and filters a playbook's output.
+    filtering = is_playbook(target)
+    inputs = load_inputs(target, inventory_path, place_on=None if filtering else hosts)
+    keep = {h.name for h in select(inputs.inventory, hosts, None, "--hosts")} if filtering and hosts else None
+    rendered = deployment(inputs, runtime=runtime).rendered
     chosen = [h for name, h in rendered.hosts.items() if keep is None or name in keep]
     if not chosen:
         raise UsageError(f"fleet render: --hosts {hosts}: no unit of {rendered.deployment} runs there")

@@ -14,15 +14,14 @@ from typing import Sequence
 import click
 
 from launcher.cli import cli
-from launcher.cli.common import connector as _connector, load_inputs, ssh_options as _ssh_options
-from launcher.cli.deploy import _progress, planned, target_of
+from launcher.cli.common import connector as _connector, progress, ssh_options as _ssh_options
 from launcher.config.patterns import select
+from launcher.deploy.orchestrate import Connect, Target
 from launcher.deploy.secrets import resolve
 from launcher.errors import UsageError
 from launcher.model import Playbook
-from launcher.output import dumps, print_table, table
-from launcher.deploy.orchestrate import Connect, Target
-from launcher.output import Progress
+from launcher.output import Progress, dumps, print_table, table
+from launcher.pipeline import deployment, load_inputs, target_of
 from launcher.rolling.roll import Action, RollOptions, RollReport, roll, up_rolling
 from launcher.rolling.router_api import RouterClient, RouterError
 
@@ -116,7 +115,7 @@ def planned_routers(target: Target) -> tuple[str, ...]:
     )
 
 
-def _router_urls(given: Sequence[str], target: Target) -> tuple[str, ...]:
+def drain_router_urls(given: Sequence[str], target: Target) -> tuple[str, ...]:
     """``--router`` as given, else the deployment's own routers that answer (one that does not
     -- not deployed yet, or down -- is named and left out: groups then restart undrained)."""
     if given:
@@ -174,21 +173,21 @@ def _run(
         drain_timeout_s=drain_timeout_s, role=role, limit=limit, force=force, forks=forks,
         timeout_s=timeout_s, break_lock=break_lock,
     )  # fmt: skip
-    target = target_of(inputs, planned(inputs), None, resolve(playbook.secrets, secrets))
+    target = target_of(deployment(inputs), None, resolve(playbook.secrets, secrets))
     with ExitStack() as stack:
         connector = stack.enter_context(_connector(known_hosts, trust_new_hosts))
-        progress = _progress(stack, quiet or as_json)
+        shown = progress(stack, quiet or as_json)
         if surge_pattern is not None or any(d.unit.role in ("prefill", "decode") for d in target.units):
             from launcher.rolling import cohort
 
             surge = tuple(h.name for h in select(inventory, surge_pattern)) if surge_pattern else ()
             report = cohort.switch(
-                playbook, inventory, target, surge, connector.connect, _routers(router_urls), options, progress,
+                inputs, target, surge, connector.connect, _routers(router_urls), options, shown,
                 action=action, secret_flags=secrets,
             )  # fmt: skip
         else:
-            routers = _routers(_router_urls(router_urls, target))
-            report = roll(target, connector.connect, routers, options, progress, action=action)
+            routers = _routers(drain_router_urls(router_urls, target))
+            report = roll(target, connector.connect, routers, options, shown, action=action)
     print_roll_report(report, as_json)
     sys.exit(int(report.exit_code))
 
@@ -233,6 +232,6 @@ def run_rolling_up(
         playbook, rolling=True, max_unavailable=None, drain_timeout_s=None, forks=forks, timeout_s=timeout_s,
         break_lock=break_lock,
     )  # fmt: skip
-    report = up_rolling(target, connect, _routers(_router_urls(router_urls, target)), options, progress)
+    report = up_rolling(target, connect, _routers(drain_router_urls(router_urls, target)), options, progress)
     print_roll_report(report, as_json)
     return int(report.exit_code)

@@ -7,14 +7,13 @@ quoted once.  Exit status: 0 every host ok, 3 some failed or unreachable, 1 none
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import click
 
 from launcher.cli import cli
+from launcher.cli.common import execute_log_to_stderr
 from launcher.config.inventory import load_inventory
 from launcher.config.patterns import select
 from launcher.errors import ExitCode, UnreachableError, UsageError
@@ -32,23 +31,6 @@ from launcher.execute.hostkeys import KnownHosts
 from launcher.execute.ssh import SshConnector, SshOptions
 from launcher.execute.transport import Result, Transport
 from launcher.model import Host
-
-
-class _EchoHandler(logging.Handler):
-    def emit(self, record: logging.LogRecord) -> None:
-        click.echo(f"fleet: {record.getMessage()}", err=True)
-
-
-@contextlib.contextmanager
-def _execute_log_to_stderr() -> Iterator[None]:
-    """Show the execution layer's notices (e.g. a newly trusted host key) on stderr."""
-    logger = logging.getLogger("fleet.execute")
-    handler = _EchoHandler(logging.INFO)
-    logger.addHandler(handler)
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
 
 
 def command_of(words: Sequence[str]) -> Command:
@@ -156,7 +138,7 @@ def run_command(
     def one(host: Host, transport: Transport) -> Result:
         return transport.run(command, timeout=timeout)
 
-    with _execute_log_to_stderr(), SshConnector(known, options) as connector:
+    with execute_log_to_stderr(), SshConnector(known, options) as connector:
         try:
             result = run_all(hosts, one, connector=connector, forks=forks)
         except FanoutInterrupted as interrupted:

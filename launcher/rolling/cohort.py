@@ -34,7 +34,7 @@ from typing import Callable, Mapping, Sequence
 
 from launcher.config.patterns import select
 from launcher.deploy import lock, orchestrate
-from launcher.deploy.desired import Desired, from_rendered, groups as desired_groups, secrets_file, step_of
+from launcher.deploy.desired import Desired, groups as desired_groups, secrets_file, step_of
 from launcher.deploy.health import Verdict, gate
 from launcher.deploy.manifest import Manifest
 from launcher.deploy.orchestrate import Connect, Options, Session, Target, survey_host
@@ -45,6 +45,7 @@ from launcher.errors import FleetError, UsageError
 from launcher.execute.transport import Transport
 from launcher.model import Inventory, Playbook
 from launcher.output import Event, Progress, mask
+from launcher.pipeline import Inputs, deployment, target_of
 from launcher.rolling import restore
 from launcher.rolling.batches import plan_roll
 from launcher.rolling.roll import Action, GroupOutcome, GroupReport, RollOptions, RollReport
@@ -79,20 +80,11 @@ def surge_playbook(playbook: Playbook, inventory: Inventory, surge: Sequence[str
     return dataclasses.replace(playbook, placement=remapped), mapping
 
 
-def cohort_target(playbook: Playbook, inventory: Inventory, secret_flags: Sequence[str] | None) -> Target:
-    """Load → plan → render for a (surge) playbook already in memory."""
-    from launcher import facts_cache
-    from launcher.config.recipes import load_catalog
-    from launcher.plan import plan
-    from launcher.render import render
-
-    # As `fleet up` plans: with the facts preflight cached (gid_index auto needs them).
-    the_plan = plan(inventory, load_catalog(), playbook, facts_cache.load_facts(inventory))
-    units = from_rendered(the_plan, render(the_plan))
-    names = {d.host for d in units}
-    hosts = tuple(h for h in inventory.hosts if h.name in names)
-    secrets = resolve(playbook.secrets, secret_flags) if secret_flags is not None else {}
-    return Target(deployment=the_plan.deployment, recipe=the_plan.recipe, hosts=hosts, units=units, secrets=secrets)
+def cohort_target(inputs: Inputs, secret_flags: Sequence[str] | None) -> Target:
+    """The target of ``inputs`` (a surge playbook already in memory) through the one pipeline:
+    planned as `fleet up` plans, claiming what every deployment claims."""
+    secrets = resolve(inputs.playbook.secrets, secret_flags) if secret_flags is not None else {}
+    return target_of(deployment(inputs), None, secrets)
 
 
 def router_url(target: Target) -> str:
@@ -103,8 +95,7 @@ def router_url(target: Target) -> str:
 
 
 def switch(
-    playbook: Playbook,
-    inventory: Inventory,
+    inputs: Inputs,
     target: Target,
     surge: Sequence[str],
     connect: Connect,
@@ -128,8 +119,8 @@ def switch(
             f"PD deployment {target.deployment} rolls behind a front router: give --router URL (a router in "
             f"regular mode whose workers are the cohorts' PD routers; clients send requests there)"
         )
-    new_playbook, _ = surge_playbook(playbook, inventory, surge)
-    new = cohort_target(new_playbook, inventory, secret_flags)
+    new_playbook, _ = surge_playbook(inputs.playbook, inputs.inventory, surge)
+    new = cohort_target(dataclasses.replace(inputs, playbook=new_playbook), secret_flags)
     old_url, new_url = router_url(target), router_url(new)
     serving = [f for f in fronts if f.find(old_url) is not None]
     moved = [f for f in fronts if f.find(new_url) is not None]

@@ -193,7 +193,7 @@ def install_tools(sandbox_dir: Path) -> Path:
     """Copies tool.py and the captured outputs into the sandbox dir; returns that directory."""
     dest = sandbox_dir / TOOLS_DIR
     dest.mkdir(parents=True, exist_ok=True)
-    for item in resources.files("launcher.sandbox").joinpath("fakehw").iterdir():
+    for item in resources.files("launcher.sandbox").joinpath("fakehw_tools").iterdir():
         if item.is_file() and (item.name.endswith(".txt") or item.name == "tool.py"):
             (dest / item.name).write_bytes(item.read_bytes())
     return dest

@@ -8,9 +8,9 @@ import json
 import tarfile
 from pathlib import Path
 
-from launcher import collect
 from launcher.execute.fake import FakeConnector, Reply
 from launcher.model import SecretRef
+from launcher.preflight import collect
 from tests.preflight import factory as f
 
 INSPECT = json.dumps([{"Name": "/fleet-x-rank0-r0", "Config": {"Env": [

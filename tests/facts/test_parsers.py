@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher import facts
+from launcher.preflight import facts
 
 CAP = Path(__file__).parent / "captured"
 

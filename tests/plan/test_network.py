@@ -6,8 +6,8 @@ import pytest
 
 from launcher import network
 from launcher.errors import PlanError
-from launcher.facts import GidEntry, HostFacts
 from launcher.plan import plan
+from launcher.preflight.facts import GidEntry, HostFacts
 from tests.plan import factory as f
 
 

@@ -12,9 +12,9 @@ from click.testing import CliRunner, Result
 
 from launcher.cli import cli
 from launcher.cli import preflight as cli_preflight
-from launcher.cli.common import Inputs
-from launcher.preflight import Check
-from launcher.preflight_run import PreflightReport
+from launcher.pipeline import Inputs
+from launcher.preflight.checks import Check
+from launcher.preflight.run import PreflightReport
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = str(REPO / "inventories" / "example.yaml")

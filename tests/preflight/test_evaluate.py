@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from launcher import preflight
-from launcher.facts import Disk, GidEntry, Gpu, HostFacts, IbPort, Interface
+from launcher.preflight import checks as preflight
+from launcher.preflight.facts import Disk, GidEntry, Gpu, HostFacts, IbPort, Interface
 from launcher.model import (
     ContainerSpec, Hardware, Host, HostSpec, Inventory, Mount, Parallelism, Plan, Quantization,
     Recipe, Speculative, Unit,
 )
-from launcher.preflight import ImageProbe, PathProbe, ProbeResults, Reach, ReachTarget
+from launcher.preflight.checks import ImageProbe, PathProbe, ProbeResults, Reach, ReachTarget
 
 RECIPE = Recipe(
     id="deepseek/sglang-tp8pp2-6000d", family="deepseek", catalog_entry=33, summary="s",

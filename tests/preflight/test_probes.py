@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher import preflight
 from launcher.model import ContainerSpec, Unit
-from launcher.preflight import ReachTarget
+from launcher.preflight import checks as preflight
+from launcher.preflight.checks import ReachTarget
 
 DOCKER = r"""#!/bin/sh
 # stand-in docker: image inspect succeeds for img:ok/img:nodev/img:nocap, run answers per image

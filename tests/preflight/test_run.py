@@ -10,13 +10,13 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from launcher import preflight
 from launcher.errors import UnreachableError
 from launcher.execute.command import Command, Token
 from launcher.execute.transport import Result
 from launcher.model import Host, Inventory
-from launcher.preflight_run import run_preflight
 from launcher.model import Playbook
+from launcher.preflight import checks as preflight
+from launcher.preflight.run import run_preflight
 from tests.preflight import factory as f
 
 CAP = Path(__file__).resolve().parents[1] / "facts" / "captured"

@@ -134,7 +134,7 @@ def test_gid_auto_gives_h2_index_5_and_everything_passes(env: Env) -> None:
     nothing_started(sb, "h1", "h2")
 
     # The per-host index lands in that host's env file, from the cached facts.
-    from launcher import facts_cache
+    from launcher.preflight import facts_cache
     from launcher.config.inventory import load_inventory
     from launcher.config.playbook import load_playbook
     from launcher.config.recipes import load_catalog
@@ -225,7 +225,7 @@ def test_fleet_up_refuses_before_starting_anything(env: Env) -> None:
     help_text = env.fleet("up", "--help").stdout
     if "--skip-preflight" not in help_text:
         pytest.skip("fleet up does not run preflight yet (wiring in launcher/cli/deploy.py pending; see "
-                    "launcher/preflight_run.py run_preflight)")
+                    "launcher/preflight/run.py run_preflight)")
     sb = env.sb
     pb = playbook(env.tmp / "pp-h1h4.yaml", "h1:h4")
     proc = env.fleet("up", str(pb))

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from launcher import preflight
 from launcher.model import Inventory
-from launcher.plan import plan
 from launcher.model import Playbook, Recipe
+from launcher.plan import plan
+from launcher.preflight import checks as preflight
 from tests.preflight import factory as f
 
 

@@ -37,7 +37,7 @@ def fleet(sb: Sandbox, *args: str, inventory: str | None = None, timeout: float 
 def deploy(sb: Sandbox, playbook: Path, inventory: str | None = None) -> None:
     """``fleet up``'s library call (no preflight: the PD test's inventory declares GPUs the
     sandbox's fake hardware does not report)."""
-    from launcher.cli.deploy import load_target
+    from launcher.pipeline import load_target
     from launcher.deploy import orchestrate
     from launcher.execute.hostkeys import KnownHosts
     from launcher.execute.ssh import SshConnector
@@ -171,7 +171,7 @@ def router_variant(tmp: Path, deployment: str, ports: dict[str, int], tag: str, 
 
 def unit_rows(sb: Sandbox, playbook: str) -> dict[str, tuple[str, str, int | None]]:
     """``fleet status``'s library call: host -> (state, health, generation) of its unit."""
-    from launcher.cli.deploy import load_target
+    from launcher.pipeline import load_target
     from launcher.deploy.status import status
     from launcher.execute.hostkeys import KnownHosts
     from launcher.execute.ssh import SshConnector

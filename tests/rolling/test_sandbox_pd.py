@@ -13,7 +13,7 @@ from typing import Any, Iterator
 import pytest
 import yaml
 
-from launcher.cli.deploy import load_target
+from launcher.pipeline import Inputs, load_target
 from launcher.config.inventory import load_inventory
 from launcher.config.playbook import load_playbook
 from launcher.config.recipes import load_catalog
@@ -107,7 +107,7 @@ def _target(inventory_path: str, playbook_path: Path, hosts: tuple[str, ...]) ->
     playbook = load_playbook(playbook_path, load_catalog(), inventory)
     if hosts != OLD:
         playbook, _ = cohort.surge_playbook(playbook, inventory, hosts)
-    return cohort.cohort_target(playbook, inventory, ())
+    return cohort.cohort_target(Inputs(inventory=inventory, catalog=load_catalog(), playbook=playbook), ())
 
 
 def test_pd_cohort_switch_under_load_never_mixes_generations(pd: tuple[Sandbox, str, Router]) -> None:
@@ -120,7 +120,7 @@ def test_pd_cohort_switch_under_load_never_mixes_generations(pd: tuple[Sandbox, 
     try:
         with SshConnector(KnownHosts.for_operator((sb.known_hosts,), trust_new=False)) as c:
             report = cohort.switch(
-                playbook, inventory, target, SURGE, c.connect, (RouterClient(front.url),),
+                Inputs(inventory=inventory, catalog=load_catalog(), playbook=playbook), target, SURGE, c.connect, (RouterClient(front.url),),
                 RollOptions(drain_timeout_s=30), rec, action="restart", secret_flags=(),
             )  # fmt: skip
     finally:

@@ -22,10 +22,7 @@ import yaml
 
 from launcher.execute.hostkeys import KnownHosts
 from launcher.execute.ssh import SshConnector
-from launcher.config.inventory import load_inventory
-from launcher.config.playbook import load_playbook
-from launcher.config.recipes import load_catalog
-from launcher.cli.deploy import load_target
+from launcher.pipeline import load_inputs, load_target
 from launcher.rolling import cohort
 from launcher.rolling.roll import RollOptions
 from launcher.rolling.router_api import RouterClient
@@ -102,10 +99,9 @@ def switched(sandbox_fleet: Sandbox, tmp_path_factory: pytest.TempPathFactory, l
         deploy(sb, V1, inventory)
         front = Router(("--worker-urls", f"http://{sb.host('h8').data_ip}:38100"), logs_dir / "router-front-rollback.log")
         front.wait_workers(1)
-        inv = load_inventory(inventory)
         with SshConnector(KnownHosts.for_operator((sb.known_hosts,), trust_new=False)) as c:
             report = cohort.switch(
-                load_playbook(Path(v2), load_catalog(), inv), inv, load_target(v2, inventory, None, ()), SURGE,
+                load_inputs(v2, inventory), load_target(v2, inventory, None, ()), SURGE,
                 c.connect, (RouterClient(front.url),), RollOptions(drain_timeout_s=30), Recorder(),
                 action="restart", secret_flags=(),
             )  # fmt: skip

@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from launcher.cli.deploy import load_target
+from launcher.pipeline import load_target
 from launcher.deploy.status import status
 from launcher.execute.hostkeys import KnownHosts
 from launcher.execute.ssh import SshConnector

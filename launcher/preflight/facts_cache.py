@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from launcher import facts
-from launcher.facts import HostFacts
 from launcher.model import Host, Inventory
+from launcher.preflight import facts
+from launcher.preflight.facts import HostFacts
 
 VERSION = 1
 DEFAULT_MAX_AGE_S = 24 * 3600.0

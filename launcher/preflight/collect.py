@@ -33,15 +33,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from launcher import facts, facts_cache
 from launcher.config.recipes import Catalog
 from launcher.errors import ExitCode, FleetError
 from launcher.execute.fanout import DEFAULT_FORKS, Connector, Ok, Unreachable, run_all
 from launcher.execute.transport import Transport
-from launcher.model import Host, Inventory, Playbook
+from launcher.model import Host, Inventory, Plan, Playbook
 from launcher.output import MASK
-from launcher.plan import deployment_name, plan, to_jsonable
-from launcher.preflight_run import failure, outcome_reason, placement_hosts
+from launcher.pipeline import Inputs, claimed_hosts, planned
+from launcher.plan import deployment_name, to_jsonable
+from launcher.preflight import facts
+from launcher.preflight.run import failure, outcome_reason
 
 DEFAULT_TAIL = 2000
 NCCL_LINES = 20000
@@ -240,13 +241,14 @@ def collect(
     now = time.time() if now is None else now
     deployment = deployment_name(playbook.name)
     root = f"fleet-collect-{deployment}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}"
-    hosts = placement_hosts(inventory, playbook)
-    plan_doc: object = None
+    the_plan: Plan | None = None
     plan_error: str | None = None
     try:
-        plan_doc = to_jsonable(plan(inventory, catalog, playbook, facts_cache.load_facts(inventory)))
+        the_plan = planned(Inputs(inventory=inventory, catalog=catalog, playbook=playbook))
     except FleetError as err:
         plan_error = str(err)
+    plan_doc = to_jsonable(the_plan) if the_plan is not None else None
+    hosts = claimed_hosts(inventory, playbook, the_plan)  # without a plan: the placement hosts
     secret_names = frozenset(s.name for s in playbook.secrets)
     result = run_all(hosts, _collect_one(deployment, tail), connector=connector, forks=forks)
     outcomes: list[HostOutcome] = []

@@ -1,7 +1,7 @@
 """Running preflight on the hosts: facts, plan with them, probes, reachability, verdict.
 
 :func:`gather_facts` is ``fleet facts``: one SSH round per host (the gather script), each
-result parsed, timed for the clock offset and cached (:mod:`launcher.facts_cache`).
+result parsed, timed for the clock offset and cached (:mod:`launcher.preflight.facts_cache`).
 :func:`run_preflight` is ``fleet preflight`` and the gate ``fleet up`` runs by default:
 
 1. facts from every host the playbook's placements match (one round);
@@ -10,7 +10,7 @@ result parsed, timed for the clock offset and cached (:mod:`launcher.facts_cache
    the image with the rendered flags);
 4. the reachability round: detached listeners on rank-0 hosts, one client run per other rank,
    then the listeners are killed (also on errors and Ctrl-C);
-5. :func:`launcher.preflight.evaluate`.
+5. :func:`launcher.preflight.checks.evaluate`.
 
 Nothing here starts a unit.  ``level="cheap"`` (what ``fleet up`` runs) does everything but hash
 the weights against ``fleet.sha256``; ``level="full"`` hashes them too.
@@ -23,16 +23,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from launcher import facts_cache, preflight
 from launcher.config.patterns import select
 from launcher.config.recipes import Catalog
 from launcher.errors import ExitCode, FleetError, HostKeyError, PlanError, RemoteError, UnreachableError
 from launcher.execute.fanout import DEFAULT_FORKS, Connector, Failed, FanoutResult, Ok, Unreachable, run_all
 from launcher.execute.transport import Result, Transport
-from launcher.facts import HostFacts, gather_script
 from launcher.model import Host, Inventory, Plan, Playbook, Recipe, Unit
+from launcher.pipeline import claimed_hosts, load_inputs
 from launcher.plan import deployment_name, plan
-from launcher.preflight import Check, Level, ProbeResults, Reach, ReachTarget
+from launcher.preflight import checks, facts_cache
+from launcher.preflight.checks import Check, Level, ProbeResults, Reach, ReachTarget
+from launcher.preflight.facts import HostFacts, gather_script
 
 GATHER_TIMEOUT_S = 120.0
 PROBE_TIMEOUT_S = 600.0
@@ -127,7 +128,7 @@ class PreflightReport:
 
     @property
     def failed(self) -> tuple[Check, ...]:
-        return preflight.failed(self.checks)
+        return checks.failed(self.checks)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -140,14 +141,6 @@ class PreflightReport:
         return out
 
 
-def placement_hosts(inventory: Inventory, playbook: Playbook) -> tuple[Host, ...]:
-    """Every host a placement pattern of the playbook matches, in inventory order."""
-    names: set[str] = set()
-    for placement in playbook.placement.values():
-        names |= {h.name for h in select(inventory, placement.hosts)}
-    return tuple(h for h in inventory.hosts if h.name in names)
-
-
 def _plan_error_check(err: PlanError, inventory: Inventory) -> Check:
     head = err.key_path.split("/", 1)[0] if err.key_path else ""
     host = head if any(h.name == head for h in inventory.hosts) else "-"
@@ -157,13 +150,13 @@ def _plan_error_check(err: PlanError, inventory: Inventory) -> Check:
 
 
 def _probe_host(host: Host, transport: Transport, paths: tuple[str, ...], images: tuple[Unit, ...],
-                level: Level) -> preflight.HostProbe:
-    script = preflight.host_probe_script(paths, images, level)
+                level: Level) -> checks.HostProbe:
+    script = checks.host_probe_script(paths, images, level)
     timeout = FULL_PROBE_TIMEOUT_S if level == "full" else PROBE_TIMEOUT_S
     result = transport.run(("sh", "-c", script), timeout=timeout)
     if not result.stdout_text.strip():
         raise failure(result, "preflight probe script")
-    return preflight.parse_host_probe(result.stdout_text, paths, level)
+    return checks.parse_host_probe(result.stdout_text, paths, level)
 
 
 def _reachability(targets: Sequence[ReachTarget], inventory: Inventory, connector: Connector, forks: int,
@@ -204,9 +197,9 @@ def _reachability(targets: Sequence[ReachTarget], inventory: Inventory, connecto
             note(f"preflight: listeners on {', '.join(sorted(to_listen))} for {len(runnable)} port(s)")
 
             def listen(host: Host, transport: Transport) -> tuple[int | None, dict[str, str]]:
-                res = transport.run(preflight.listener_argv(to_listen[host.name]), timeout=REACH_TIMEOUT_S)
+                res = transport.run(checks.listener_argv(to_listen[host.name]), timeout=REACH_TIMEOUT_S)
                 try:
-                    return preflight.parse_listener(res.stdout_text)
+                    return checks.parse_listener(res.stdout_text)
                 except ValueError:
                     raise failure(res, "reachability listener (python3)") from None
             started = run_all([hosts[h] for h in to_listen], listen, connector=connector, forks=forks)
@@ -230,10 +223,10 @@ def _reachability(targets: Sequence[ReachTarget], inventory: Inventory, connecto
 
         def connect(host: Host, transport: Transport) -> dict[str, str | None]:
             mine = jobs[host.name]
-            res = transport.run(preflight.client_argv([(src, t.ip, t.port) for t, _, src in mine]),
+            res = transport.run(checks.client_argv([(src, t.ip, t.port) for t, _, src in mine]),
                                 timeout=REACH_TIMEOUT_S)
             try:
-                return preflight.parse_client(res.stdout_text)
+                return checks.parse_client(res.stdout_text)
             except ValueError:
                 raise failure(res, "reachability client (python3)") from None
         if jobs:
@@ -251,7 +244,7 @@ def _reachability(targets: Sequence[ReachTarget], inventory: Inventory, connecto
     finally:
         if pids:
             def stop(host: Host, transport: Transport) -> None:
-                transport.run(preflight.cleanup_argv(pids[host.name]), timeout=REACH_TIMEOUT_S)
+                transport.run(checks.cleanup_argv(pids[host.name]), timeout=REACH_TIMEOUT_S)
             run_all([hosts[h] for h in pids], stop, connector=connector, forks=forks)
     order = {(t.host, t.key, c): i for i, t in enumerate(targets) for c, _, _ in t.clients}
     reach.sort(key=lambda r: order.get((r.target.host, r.target.key, r.client), 0))
@@ -274,25 +267,25 @@ def run_preflight(
     connections stay open for the caller (``fleet up`` reuses them)."""
     recipe: Recipe = catalog.get(playbook.recipe)
     deployment = deployment_name(playbook.name)
-    hosts = placement_hosts(inventory, playbook)
+    hosts = claimed_hosts(inventory, playbook)
     note(f"preflight: gathering facts from {len(hosts)} host(s)")
     gathered = gather_facts(inventory, hosts, connector, forks=forks, cache=cache)
     facts = gathered.facts
     try:
         the_plan = plan(inventory, catalog, playbook, facts)
     except PlanError as err:
-        checks = (_plan_error_check(err, inventory),
-                  *preflight.evaluate_hosts(hosts, recipe, facts, gathered.unreachable, playbook))
-        return PreflightReport(deployment=deployment, recipe=recipe.id, plan=None, facts=facts, checks=checks)
+        found = (_plan_error_check(err, inventory),
+                  *checks.evaluate_hosts(hosts, recipe, facts, gathered.unreachable, playbook))
+        return PreflightReport(deployment=deployment, recipe=recipe.id, plan=None, facts=facts, checks=found)
 
     unit_hosts = [h for h in inventory.hosts if any(u.host == h.name for u in the_plan.units)]
     probe_hosts = [h for h in unit_hosts if h.name in gathered.entries]
-    paths = preflight.probe_paths(the_plan, inventory, recipe)
+    paths = checks.probe_paths(the_plan, inventory, recipe)
     images: dict[str, list[Unit]] = {}
-    for u in preflight.image_units(the_plan, inventory):
+    for u in checks.image_units(the_plan, inventory):
         images.setdefault(u.host, []).append(u)
     note(f"preflight: probing {len(probe_hosts)} host(s)")
-    probed: FanoutResult[preflight.HostProbe] = run_all(
+    probed: FanoutResult[checks.HostProbe] = run_all(
         probe_hosts,
         lambda h, t: _probe_host(h, t, paths.get(h.name, ()), tuple(images.get(h.name, ())), level),
         connector=connector, forks=forks,
@@ -300,7 +293,7 @@ def run_preflight(
     host_probes = probed.values()
     errors = {o.host.name: outcome_reason(o) for o in probed.outcomes if not isinstance(o, Ok)}
     listening = {h: p.listening for h, p in host_probes.items()}
-    targets = preflight.reach_targets(the_plan, inventory)
+    targets = checks.reach_targets(the_plan, inventory)
     reach: tuple[Reach, ...] = ()
     listener_errors: dict[tuple[str, str], str] = {}
     if targets:
@@ -320,21 +313,15 @@ def run_preflight(
         },
         errors=errors,
     )
-    checks = preflight.evaluate(the_plan, inventory, recipe, facts, probes, gathered.unreachable)
-    return PreflightReport(deployment=deployment, recipe=recipe.id, plan=the_plan, facts=facts, checks=checks)
+    found = checks.evaluate(the_plan, inventory, recipe, facts, probes, gathered.unreachable)
+    return PreflightReport(deployment=deployment, recipe=recipe.id, plan=the_plan, facts=facts, checks=found)
 
 
 def run_preflight_paths(playbook_path: str | Path, inventory_path: str | Path, connector: Connector,
                         **kwargs: object) -> PreflightReport:
-    """:func:`run_preflight` from file paths (loads inventory, catalog and playbook)."""
-    from launcher.config.inventory import load_inventory
-    from launcher.config.playbook import load_playbook
-    from launcher.config.recipes import open_catalog
-
-    inventory = load_inventory(inventory_path)
-    catalog = open_catalog()
-    playbook = load_playbook(Path(playbook_path), catalog, inventory)
-    return run_preflight(inventory, catalog, playbook, connector, **kwargs)  # type: ignore[arg-type]
+    """:func:`run_preflight` from file paths (:func:`launcher.pipeline.load_inputs`)."""
+    inputs = load_inputs(playbook_path, inventory_path)
+    return run_preflight(inputs.inventory, inputs.catalog, inputs.playbook, connector, **kwargs)  # type: ignore[arg-type]
 
 
 class PreflightFailed(FleetError):

@@ -4,7 +4,7 @@ Pure: :func:`evaluate` takes a plan, the inventory, the recipe, each host's :cla
 and the results of the remote probes (:class:`ProbeResults`), and returns one :class:`Check` per
 (unit or host, rule).  The probes are scripts built here (:func:`host_probe_script`,
 :func:`listener_argv`, :func:`client_argv`, :func:`cleanup_argv`) with parsers for what they
-print; :mod:`launcher.preflight_run` runs them, so this module never does I/O.
+print; :mod:`launcher.preflight.run` runs them, so this module never does I/O.
 
 Why each rule exists (operator-pain-points.md): HCAs missing or down make NCCL fall back to TCP
 without a word; the RoCE v2 GID index differs per host; NCCL/Gloo bind the wrong NIC when the
@@ -42,8 +42,8 @@ from typing import Iterable, Literal, Mapping, Sequence
 from launcher import network
 from launcher.engines import flags
 from launcher.engines.context import BOOTSTRAP, DIST_INIT, MASTER_PORT, NIXL_SIDE_CHANNEL, RAY
-from launcher.facts import HostFacts, sections_script, split_sections
 from launcher.model import Host, Inventory, Plan, Playbook, Recipe, Unit
+from launcher.preflight.facts import HostFacts, sections_script, split_sections
 
 Status = Literal["pass", "warn", "fail"]
 Level = Literal["cheap", "full"]

@@ -1,0 +1,152 @@
+"""One pipeline: inputs -> plan -> rendered files -> the hosts a deployment claims.
+
+Every command that works on a deployment (``fleet plan/render/up/down/status/logs/restart/
+rollback/preflight/collect``, the demo, the PD cohort switch, bench tools) loads it here, so they
+all plan with the same facts and claim the same hosts.
+
+- :func:`load_inputs`: inventory, catalog (opened on demand: one recipe file parsed per recipe
+  used) and a playbook file, or a recipe id placed by :func:`launcher.plan.auto_playbook`.
+- :func:`claimed_hosts`: THE rule for which hosts a deployment claims (locks, surveys, tears down,
+  gathers facts from and collects from): every host a placement pattern of the playbook matches,
+  plus every host the plan puts a unit on, in inventory order.  Placement hosts count even when
+  the plan leaves them empty, so units dropped from the plan are still found and removed there.
+- :func:`load_deployment` / :func:`deployment`: a :class:`Deployment` (plan, rendered files,
+  desired units, claimed hosts, HTTP endpoints).  Planned with the facts cached by the last
+  ``fleet facts`` / preflight unless the caller passes the plan it made with fresh facts.
+- :func:`target_of` / :func:`load_target`: the deploy layer's :class:`Target`, optionally
+  narrowed to a ``--limit`` pattern.
+
+Errors are :class:`~launcher.errors.FleetError`\\ s naming the file and line (bad input) before
+any host is contacted; nothing here talks to a host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from launcher.config.inventory import load_inventory
+from launcher.config.patterns import select
+from launcher.config.recipes import Catalog, open_catalog
+from launcher.deploy.desired import Desired, from_rendered, limit
+from launcher.deploy.orchestrate import Target
+from launcher.deploy.secrets import resolve
+from launcher.model import Host, Inventory, Plan, Playbook, Runtime
+from launcher.plan import auto_playbook, plan
+from launcher.preflight import facts_cache
+from launcher.render import RenderedPlan, render
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Inputs:
+    """A deployment's inputs, loaded and cross-checked."""
+
+    inventory: Inventory
+    catalog: Catalog
+    playbook: Playbook
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Endpoint:
+    """A unit serving HTTP: ``url`` is its base URL (``/v1/...`` and its health path hang off it)."""
+
+    host: str
+    unit: str
+    role: str
+    url: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Deployment:
+    """A deployment as every command sees it."""
+
+    inputs: Inputs
+    plan: Plan
+    rendered: RenderedPlan
+    units: tuple[Desired, ...]  # what the deploy layer installs, in plan order
+    hosts: tuple[Host, ...]  # :func:`claimed_hosts`
+    endpoints: tuple[Endpoint, ...]  # units with an HTTP health check, plan order
+
+    @property
+    def name(self) -> str:
+        return self.plan.deployment
+
+
+def is_playbook(target: str | Path) -> bool:
+    """A playbook file (``*.yaml``/``*.yml`` or an existing file), else a recipe id."""
+    return str(target).endswith((".yaml", ".yml")) or Path(target).is_file()
+
+
+def load_inputs(target: str | Path, inventory_path: str | Path, *, place_on: str | None = None) -> Inputs:
+    """Load the inventory, open the catalog and load ``target``: a playbook file, or a recipe id
+    placed on ``place_on`` (a host pattern; None: the first hosts that fit).  ``place_on`` only
+    places recipe ids; a playbook has its own placement."""
+    from launcher.config.playbook import load_playbook
+
+    inventory = load_inventory(inventory_path)
+    catalog = open_catalog()
+    if is_playbook(target):
+        playbook = load_playbook(Path(target), catalog, inventory)
+    else:
+        playbook = auto_playbook(catalog.get(str(target)), inventory, place_on)
+    return Inputs(inventory=inventory, catalog=catalog, playbook=playbook)
+
+
+def claimed_hosts(inventory: Inventory, playbook: Playbook, the_plan: Plan | None = None) -> tuple[Host, ...]:
+    """The hosts a deployment claims (see the module docstring), in inventory order.  Without
+    a plan (preflight gathers facts before it can plan): the placement hosts alone."""
+    names = {u.host for u in the_plan.units} if the_plan is not None else set()
+    for placement in playbook.placement.values():
+        names |= {h.name for h in select(inventory, placement.hosts)}
+    return tuple(h for h in inventory.hosts if h.name in names)
+
+
+def planned(inputs: Inputs) -> Plan:
+    """The plan made with the facts cached by the last ``fleet facts`` / preflight."""
+    return plan(inputs.inventory, inputs.catalog, inputs.playbook, facts_cache.load_facts(inputs.inventory))
+
+
+def deployment(inputs: Inputs, the_plan: Plan | None = None, *, runtime: Runtime | None = None) -> Deployment:
+    """Plan (unless ``the_plan`` is given: e.g. made with the facts preflight just gathered) and
+    render ``inputs`` (``runtime`` overrides every unit's runtime)."""
+    p = planned(inputs) if the_plan is None else the_plan
+    rendered = render(p, runtime)
+    endpoints = tuple(
+        Endpoint(host=u.host, unit=u.name, role=u.role, url=u.health.url.rsplit("/", 1)[0])
+        for u in p.units
+        if u.health is not None
+    )
+    return Deployment(inputs=inputs, plan=p, rendered=rendered, units=from_rendered(p, rendered),
+                      hosts=claimed_hosts(inputs.inventory, inputs.playbook, p), endpoints=endpoints)  # fmt: skip
+
+
+def load_deployment(
+    target: str | Path, inventory_path: str | Path, *, place_on: str | None = None, runtime: Runtime | None = None
+) -> Deployment:
+    """:func:`load_inputs` then :func:`deployment`: what a command reading a deployment calls."""
+    return deployment(load_inputs(target, inventory_path, place_on=place_on), runtime=runtime)
+
+
+def target_of(dep: Deployment, limit_pattern: str | None = None, secrets: Mapping[str, str] | None = None) -> Target:
+    """The deploy layer's view of ``dep``, narrowed to ``limit_pattern``'s hosts (units on other
+    hosts and those hosts themselves left out)."""
+    units, hosts = dep.units, dep.hosts
+    if limit_pattern is not None:
+        chosen = {h.name for h in select(dep.inputs.inventory, limit_pattern)}
+        units = limit(units, chosen)
+        hosts = tuple(h for h in hosts if h.name in chosen)
+    return Target(deployment=dep.plan.deployment, recipe=dep.plan.recipe, hosts=hosts, units=units,
+                  secrets=dict(secrets or {}))  # fmt: skip
+
+
+def load_target(
+    playbook_path: str | Path, inventory_path: str | Path, limit_pattern: str | None,
+    secret_flags: Sequence[str] | None,
+) -> Target:  # fmt: skip
+    """Load -> plan (cached facts) -> render -> :class:`Target`.  ``secret_flags`` None: secrets
+    are not resolved (status, logs, down never need their values); else ``--secret`` overrides
+    (a missing secret stops here, before any host)."""
+    inputs = load_inputs(playbook_path, inventory_path)
+    secrets = resolve(inputs.playbook.secrets, secret_flags) if secret_flags is not None else {}
+    return target_of(deployment(inputs), limit_pattern, secrets)
