@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Installs everything fleet and its sandbox fleet need on a Debian machine, from a clean checkout:
-# OS packages (sshd, iproute2, nftables, docker.io, systemd-analyze), then fleet itself with its
+# OS packages (sshd, iproute2, nftables, docker.io, systemd-analyze, shellcheck), then fleet itself with its
 # test extras.  Idempotent; run as root.  Used by the README's first command and by .ci/run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export DEBIAN_FRONTEND=noninteractive
 # python3-setuptools + python3-wheel: tests/unit/test_packaging.py builds the wheel offline with the OS python3.
-apt_pkgs=(openssh-server openssh-client iproute2 nftables iptables busybox-static docker.io systemd curl libibverbs1
+apt_pkgs=(openssh-server openssh-client iproute2 nftables iptables busybox-static docker.io systemd curl libibverbs1 shellcheck
           python3-pip python3-setuptools python3-wheel)
 missing=()
 for p in "${apt_pkgs[@]}"; do

@@ -26,6 +26,7 @@ import socket
 import uuid
 from typing import Sequence
 
+from launcher import hostscripts
 from launcher.deploy.remote import STEP_TIMEOUT_S, check, failure, sh
 from launcher.errors import FleetError
 from launcher.execute.transport import Result, Transport
@@ -35,45 +36,12 @@ LOCK_ROOT = "/run/lock/fleet"
 _HELD = 75  # exit status of the acquire script when the lock exists (EX_TEMPFAIL)
 
 _NO_FLOCK = 127
-# Checked before the lock is taken: without flock no start could run (see _SERIAL), and a
-# restart would have stopped the running generation first.
-_ACQUIRE = (
-    'command -v flock >/dev/null 2>&1 || exit 127; '
-    'mkdir -p "$1" && '
-    'if mkdir -m 0755 "$2" 2>/dev/null; then printf "%s\\n" "$3" > "$2/owner"; '
-    'else cat "$2/owner" 2>/dev/null || echo "(no owner file)"; exit 75; fi'
-)
-_RELEASE = '[ ! -d "$1" ] || { [ "$(cat "$1/owner" 2>/dev/null)" = "$2" ] && rm -rf "$1"; } || true'
-_BREAK = 'if [ -d "$1" ]; then cat "$1/owner" 2>/dev/null || echo "(no owner file)"; rm -rf "$1"; fi'
-
-
-# A start runs only while this run holds the lock and its start step is not fenced off, with
-# the lock directory's `ops` file flock'ed for its whole run: the command inherits the locked
-# descriptor (shells exec the last command of `sh -c`; closing it there would drop the lock;
-# docker and systemd start the unit's processes themselves, so none of them inherits it).  A
-# missing directory ends the script before `exec` could (a failed redirection of `exec` would
-# exit the shell anyway).
-_SERIAL = (
-    'd=$1 o=$2 t=$3 w=$4; shift 4; '
-    'command -v flock >/dev/null 2>&1 || { echo "flock not found (util-linux): fleet needs it to start units" >&2; exit 127; }; '
-    '[ -d "$d" ] || { echo "not started: the deploy lock $d is gone" >&2; exit 75; }; '
-    'exec 9>>"$d/ops"; '
-    'flock -w "$w" 9 || { echo "not started: another start of this deployment still runs on this host after ${w}s '
-    '(left by an interrupted run?)" >&2; exit 75; }; '
-    'held=; IFS= read -r held 2>/dev/null <"$d/owner"; '
-    '[ "$held" = "$o" ] || { echo "not started: this run no longer holds the deploy lock $d" >&2; exit 75; }; '
-    'f=; IFS= read -r f 2>/dev/null <"$d/fence"; '
-    '[ "$f" != "$t" ] || { echo "not started: its start step was cancelled" >&2; exit 75; }; '
-    '"$@"'
-)
-# Waits for the starts running under the lock, then fences off the rest of step `t`.
-_FENCE = (
-    'd=$1 t=$2 w=$3; [ -d "$d" ] || exit 0; '
-    'command -v flock >/dev/null 2>&1 || { echo "flock not found (util-linux)" >&2; exit 127; }; '
-    'exec 9>>"$d/ops"; '
-    'flock -w "$w" 9 || { echo "a start is still running after ${w}s; its unit may come up later" >&2; exit 1; }; '
-    'printf "%s\\n" "$t" >"$d/fence"'
-)
+# The scripts (launcher/hostscripts/lock-*.sh) say what each does and why.
+_ACQUIRE = hostscripts.text("lock-acquire.sh")
+_RELEASE = hostscripts.text("lock-release.sh")
+_BREAK = hostscripts.text("lock-break.sh")
+_SERIAL = hostscripts.text("lock-serial.sh")  # a start, under the lock and its step's fence
+_FENCE = hostscripts.text("lock-fence.sh")
 
 
 class LockedError(FleetError):

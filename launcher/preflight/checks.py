@@ -39,7 +39,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Iterable, Literal, Mapping, Sequence
 
-from launcher import network
+from launcher import hostscripts, network
 from launcher.engines import flags
 from launcher.engines.context import BOOTSTRAP, DIST_INIT, MASTER_PORT, NIXL_SIDE_CHANNEL, RAY
 from launcher.model import Host, Inventory, Plan, Playbook, Recipe, Unit
@@ -458,109 +458,8 @@ def parse_host_probe(text: str, paths: Sequence[str], level: Level = "cheap") ->
 # Reachability: a detached listener on the leader's host and a client per other host.  Both are
 # python3 with the standard library only; argv carries the data, the code is fixed.
 
-_LISTENER = r"""
-import json, os, selectors, socket, sys, time
-spec, life = json.loads(sys.argv[2]), float(sys.argv[3])
-socks, errors = [], {}
-for ip, port in spec:
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        s.bind((ip, port))
-        s.listen(128)
-        socks.append(s)
-    except OSError as e:
-        errors["%s:%d" % (ip, port)] = e.strerror or str(e)
-        s.close()
-if not socks:
-    print(json.dumps({"pid": None, "errors": errors}))
-    sys.exit(0)
-def sshd_session():
-    # The sshd process of the SSH connection that started us (an ancestor named sshd*): when
-    # fleet's connection ends (Ctrl-C included) it exits, and so do we, before `life` is up.
-    pid = os.getppid()
-    while pid > 1:
-        try:
-            with open("/proc/%d/stat" % pid) as f:
-                stat = f.read()
-        except OSError:
-            return None
-        if stat[stat.index("(") + 1:stat.rindex(")")].startswith("sshd"):
-            return pid
-        pid = int(stat[stat.rindex(")") + 2:].split()[1])
-    return None
-def alive(p):
-    try:
-        os.kill(p, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        pass
-    return True
-session = sshd_session()
-pid = os.fork()
-if pid:
-    print(json.dumps({"pid": pid, "errors": errors}))
-    sys.stdout.flush()
-    os._exit(0)
-os.setsid()
-null = os.open(os.devnull, os.O_RDWR)
-for fd in (0, 1, 2):
-    os.dup2(null, fd)
-sel = selectors.DefaultSelector()
-for s in socks:
-    sel.register(s, selectors.EVENT_READ, None)
-end = time.time() + life
-while time.time() < end and (session is None or alive(session)):
-    for key, _ in sel.select(max(0.0, min(0.5, end - time.time()))):
-        if key.data is None:
-            try:
-                conn, _ = key.fileobj.accept()
-                sel.register(conn, selectors.EVENT_READ, "conn")
-            except OSError:
-                pass
-        else:
-            # The client closes first, so TIME_WAIT stays on its side, not on the port the
-            # engine binds next.
-            sel.unregister(key.fileobj)
-            key.fileobj.close()
-"""
-
-_CLIENT = r"""
-import json, socket, sys, threading, time
-jobs, out = json.loads(sys.argv[2]), {}
-def one(src, dst, port, timeout):
-    key = "%s:%d" % (dst, port)
-    for attempt in (0, 1):
-        s = socket.socket()
-        s.settimeout(timeout)
-        try:
-            s.bind((src, 0))
-        except OSError as e:
-            out[key] = "cannot bind source address %s: %s" % (src, e.strerror or e)
-            s.close()
-            return
-        try:
-            s.connect((dst, port))
-            out[key] = None
-            return
-        except socket.timeout:
-            out[key] = "timed out after %gs" % timeout
-        except OSError as e:
-            out[key] = (e.strerror or str(e)).lower()
-        finally:
-            s.close()
-        if attempt == 0 and "refused" in (out[key] or ""):
-            time.sleep(0.5)
-            continue
-        return
-threads = [threading.Thread(target=one, args=tuple(j)) for j in jobs]
-for t in threads:
-    t.start()
-for t in threads:
-    t.join()
-print(json.dumps(out, sort_keys=True))
-"""
+_LISTENER = hostscripts.text("reach-listener.py")
+_CLIENT = hostscripts.text("reach-client.py")
 
 
 def listener_argv(targets: Sequence[ReachTarget], life_s: float = LISTENER_LIFE_S) -> tuple[str, ...]:

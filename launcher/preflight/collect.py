@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from launcher import hostscripts
 from launcher.config.recipes import Catalog
 from launcher.errors import ExitCode, FleetError
 from launcher.execute.fanout import DEFAULT_FORKS, Connector, Ok, Unreachable, run_all
@@ -43,6 +44,7 @@ from launcher.pipeline import Inputs, claimed_hosts, planned
 from launcher.plan import deployment_name, to_jsonable
 from launcher.preflight import facts
 from launcher.preflight.run import failure, outcome_reason
+from launcher.render import FLEET_ROOT, SYSTEMD_DIR
 
 DEFAULT_TAIL = 2000
 NCCL_LINES = 20000
@@ -50,70 +52,7 @@ COLLECT_TIMEOUT_S = 600.0
 _SECRETISH = re.compile(r"TOKEN|SECRET|PASSW|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL", re.I)
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
-# $1 deployment, $2 log lines, $3 the facts gather script.  Everything goes to files in a temp
-# dir; stdout carries only the final tar.gz.
-COLLECT_SCRIPT = r"""
-set -u
-D=$1; N=$2; GATHER=$3
-base=$(mktemp -d "${TMPDIR:-/tmp}/fleet-collect.XXXXXX") || { echo "mktemp failed" >&2; exit 1; }
-trap 'rm -rf "$base"' EXIT
-exec 3>&1 >"$base/collect.log" 2>&1
-out=$base/out
-mkdir -p "$out/host" "$out/units"
-cd "$out" || exit 1
-run() { f=$1; shift; { "$@"; } >"$f" 2>&1 || echo "(exit $?)" >>"$f"; }
-run host/facts.txt sh -c "$GATHER"
-if command -v show_gids >/dev/null 2>&1; then run host/show_gids.txt show_gids; fi
-if command -v ibv_devinfo >/dev/null 2>&1; then run host/ibv_devinfo.txt ibv_devinfo -v; fi
-if command -v nvidia-smi >/dev/null 2>&1; then
-  run host/nvidia-smi.txt nvidia-smi
-  run host/nvidia-smi-topo.txt nvidia-smi topo -m
-fi
-if command -v npu-smi >/dev/null 2>&1; then run host/npu-smi.txt npu-smi info; fi
-run host/ip-addr.txt ip -d addr show
-run host/ip-route.txt ip route show
-run host/dmesg-tail.txt sh -c 'dmesg -T 2>/dev/null | tail -n 500 || dmesg | tail -n 500'
-if command -v docker >/dev/null 2>&1; then
-  run host/docker-ps.txt docker ps -a --filter "label=fleet.deployment=$D" --format '{{.Names}}\t{{.Status}}\t{{.Image}}'
-  cnames=$(docker ps -a --filter "label=fleet.deployment=$D" --format '{{.Names}}' 2>/dev/null)
-else
-  cnames=
-fi
-dnames=
-if [ -d "/etc/fleet/$D" ]; then dnames=$(ls -1 "/etc/fleet/$D" 2>/dev/null); fi
-if [ -f "/etc/fleet/gateway/$D.conf" ]; then mkdir -p host/files && cp "/etc/fleet/gateway/$D.conf" host/files/; fi
-for u in $(printf '%s\n%s\n' "$cnames" "$dnames" | sort -u); do
-  case "$u" in ''|.*|*[!A-Za-z0-9_.-]*) continue;; esac
-  d=units/$u
-  mkdir -p "$d"
-  envf=/etc/fleet/$D/$u/env
-  if docker inspect "$u" >"$d/docker-inspect.json" 2>/dev/null; then
-    run "$d/docker-logs.txt" docker logs --timestamps --tail "$N" "$u"
-    if grep -q '^NCCL_DEBUG=' "$envf" 2>/dev/null || grep -q '"NCCL_DEBUG=' "$d/docker-inspect.json"; then
-      docker logs "$u" 2>&1 | grep -E 'NCCL (INFO|WARN|ERROR)|NCCL_' | tail -n NCCL_LINES >"$d/nccl.log"
-      ndf=$(sed -n 's/^NCCL_DEBUG_FILE=//p' "$envf" 2>/dev/null | tail -n 1 | tr -d "'\"")
-      if [ -n "$ndf" ]; then
-        pat=$(printf '%s' "$ndf" | sed 's/%[a-z]/*/g')
-        run "$d/nccl-debug-files.txt" docker exec "$u" sh -c 'for f in '"$pat"'; do [ -f "$f" ] && { echo "== $f"; tail -n NCCL_LINES "$f"; }; done; true'
-      fi
-    fi
-  else
-    rm -f "$d/docker-inspect.json"
-  fi
-  if [ -f "/etc/systemd/system/$u.service" ]; then
-    run "$d/journal.txt" journalctl -u "$u.service" -n "$N" --no-pager -o short-iso
-    run "$d/systemctl-status.txt" systemctl status "$u.service" --no-pager -l
-    mkdir -p "$d/files/etc/systemd/system" && cp "/etc/systemd/system/$u.service" "$d/files/etc/systemd/system/"
-  fi
-  if [ -d "/etc/fleet/$D/$u" ]; then
-    mkdir -p "$d/files/etc/fleet/$D"
-    tar -C "/etc/fleet/$D" -cf - --exclude='secrets.env*' "$u" | tar -C "$d/files/etc/fleet/$D" -xf -
-  fi
-done
-find . -name 'secrets.env*' -exec rm -f {} + 2>/dev/null
-cp "$base/collect.log" ./collect.log 2>/dev/null
-tar -czf - . >&3
-""".replace("NCCL_LINES", str(NCCL_LINES))
+COLLECT_SCRIPT = hostscripts.text("collect.sh")  # arguments: see _collect_one and the script's header
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -218,8 +157,9 @@ def _unpack_host(tar: tarfile.TarFile, root: str, host: str, blob: bytes, secret
 def _collect_one(deployment: str, tail: int) -> Callable[[Host, Transport], bytes]:
     def one(host: Host, transport: Transport) -> bytes:
         gather = facts.gather_script((host.spec.models_dir, host.spec.cache_dir))
-        result = transport.run(("sh", "-c", COLLECT_SCRIPT, "fleet-collect", deployment, str(tail), gather),
-                               timeout=COLLECT_TIMEOUT_S)
+        argv = ("sh", "-c", COLLECT_SCRIPT, "fleet-collect", deployment, str(tail), str(NCCL_LINES), gather,
+                FLEET_ROOT, SYSTEMD_DIR)  # fmt: skip
+        result = transport.run(argv, timeout=COLLECT_TIMEOUT_S)
         if not result.stdout.startswith(b"\x1f\x8b"):
             raise failure(result, "collect script")
         return result.stdout
