@@ -9,16 +9,21 @@ import signal
 import time
 from dataclasses import dataclass
 
+import psutil
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProcRef:
     pid: int
-    start: int  # /proc/<pid>/stat field 22 (clock ticks since boot)
+    created: float  # psutil's create_time: with the PID, names one process (a reused PID has another)
 
     def alive(self) -> bool:
         """True while this very process (not a PID reuse) exists and is not a zombie."""
-        stat = _stat(self.pid)
-        return stat is not None and stat[1] == self.start and stat[0] != "Z"
+        try:
+            proc = psutil.Process(self.pid)
+            return proc.create_time() == self.created and proc.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
 
     def signal(self, sig: int) -> bool:
         if not self.alive():
@@ -31,21 +36,10 @@ class ProcRef:
 
 
 def ref(pid: int) -> ProcRef:
-    stat = _stat(pid)
-    if stat is None:
-        raise ProcessLookupError(pid)
-    return ProcRef(pid=pid, start=stat[1])
-
-
-def _stat(pid: int) -> tuple[str, int] | None:
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            text = f.read()
-    except OSError:
-        return None
-    # The command name may contain spaces and parentheses; fields resume after the last ')'.
-    rest = text[text.rindex(")") + 2 :].split()
-    return rest[0], int(rest[19])
+        return ProcRef(pid=pid, created=psutil.Process(pid).create_time())
+    except psutil.NoSuchProcess:
+        raise ProcessLookupError(pid) from None
 
 
 def ns_inode(pid: int, kind: str) -> int | None:
@@ -59,12 +53,12 @@ def pids_in_namespaces(kind: str, inodes: frozenset[int]) -> tuple[int, ...]:
     """Every PID whose ``kind`` namespace (``mnt``/``net``) is one of ``inodes``."""
     found = []
     me = os.getpid()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == me:
+    for pid in psutil.pids():
+        if pid == me:
             continue
-        ino = ns_inode(int(entry), kind)
+        ino = ns_inode(pid, kind)
         if ino is not None and ino in inodes:
-            found.append(int(entry))
+            found.append(pid)
     return tuple(found)
 
 

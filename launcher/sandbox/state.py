@@ -117,8 +117,12 @@ def load(name: str) -> SandboxState | None:
     return SandboxState(**raw, hosts=hosts)
 
 
-def _proc(raw: dict[str, int] | None) -> ProcRef | None:
-    return None if raw is None else ProcRef(pid=raw["pid"], start=raw["start"])
+def _proc(raw: dict[str, float] | None) -> ProcRef | None:
+    if raw is None:
+        return None
+    # A state written before ProcRef held psutil's create_time has none: that process is never
+    # taken for alive (not signalled by PID); teardown still ends it through its namespaces.
+    return ProcRef(pid=int(raw["pid"]), created=raw.get("created", -1.0))
 
 
 def names() -> tuple[str, ...]:
