@@ -39,15 +39,6 @@ from launcher.render import RenderedPlan, render
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Inputs:
-    """A deployment's inputs, loaded and cross-checked."""
-
-    inventory: Inventory
-    catalog: Catalog
-    playbook: Playbook
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Endpoint:
     """A unit serving HTTP: ``url`` is its base URL (``/v1/...`` and its health path hang off it)."""
 
@@ -76,6 +67,15 @@ class Deployment:
 def is_playbook(target: str | Path) -> bool:
     """A playbook file (``*.yaml``/``*.yml`` or an existing file), else a recipe id."""
     return str(target).endswith((".yaml", ".yml")) or Path(target).is_file()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Inputs:
+    """A deployment's inputs, loaded and cross-checked."""
+
+    inventory: Inventory
+    catalog: Catalog
+    playbook: Playbook
 
 
 def load_inputs(target: str | Path, inventory_path: str | Path, *, place_on: str | None = None) -> Inputs:

@@ -467,17 +467,24 @@ def listener_argv(targets: Sequence[ReachTarget], life_s: float = LISTENER_LIFE_
     return ("python3", "-c", _LISTENER, LISTENER_MARK, spec, f"{life_s:g}")
 
 
-def parse_listener(text: str) -> tuple[int | None, dict[str, str]]:
-    """(pid of the detached listener or None, ``ip:port`` -> bind error)."""
+def _last_json(text: str, who: str) -> dict[str, object]:
+    """The JSON object on the last line a reachability script printed (ValueError otherwise)."""
     try:
         doc = json.loads(text.strip().splitlines()[-1]) if text.strip() else None
     except ValueError:
         doc = None
     if not isinstance(doc, dict):
-        raise ValueError(f"listener printed {text.strip()[:200]!r}")
+        raise ValueError(f"{who} printed {text.strip()[:200]!r}")
+    return doc
+
+
+def parse_listener(text: str) -> tuple[int | None, dict[str, str]]:
+    """(pid of the detached listener or None, ``ip:port`` -> bind error)."""
+    doc = _last_json(text, "listener")
     pid = doc.get("pid")
-    errors = doc.get("errors") or {}
-    return (pid if isinstance(pid, int) else None), {str(k): str(v) for k, v in errors.items()}
+    errors = doc.get("errors")
+    return (pid if isinstance(pid, int) else None), ({str(k): str(v) for k, v in errors.items()}
+                                                     if isinstance(errors, dict) else {})  # fmt: skip
 
 
 def client_argv(jobs: Sequence[tuple[str, str, int]], timeout_s: float = CONNECT_TIMEOUT_S) -> tuple[str, ...]:
@@ -487,13 +494,8 @@ def client_argv(jobs: Sequence[tuple[str, str, int]], timeout_s: float = CONNECT
 
 
 def parse_client(text: str) -> dict[str, str | None]:
-    try:
-        doc = json.loads(text.strip().splitlines()[-1]) if text.strip() else None
-    except ValueError:
-        doc = None
-    if not isinstance(doc, dict):
-        raise ValueError(f"client printed {text.strip()[:200]!r}")
-    return {str(k): (None if v is None else str(v)) for k, v in doc.items()}
+    """``dst_ip:port`` -> None (connected) or why not."""
+    return {str(k): (None if v is None else str(v)) for k, v in _last_json(text, "client").items()}
 
 
 def cleanup_argv(pid: int) -> tuple[str, ...]:
