@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 export DEBIAN_FRONTEND=noninteractive
 # python3-setuptools + python3-wheel: tests/unit/test_packaging.py builds the wheel offline with the OS python3.
-apt_pkgs=(openssh-server openssh-client iproute2 nftables iptables busybox-static docker.io systemd curl libibverbs1 shellcheck
+apt_pkgs=(openssh-server openssh-client iproute2 nftables iptables busybox-static docker.io systemd curl libibverbs1 shellcheck rsync
           python3-pip python3-setuptools python3-wheel)
 missing=()
 for p in "${apt_pkgs[@]}"; do

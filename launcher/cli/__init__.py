@@ -21,7 +21,7 @@ _COMMANDS: dict[str, str] = {
     "recipes": "recipes", "inventory": "inventory", "plan": "plan", "render": "render", "run": "run",
     "sandbox": "sandbox", "up": "deploy", "down": "deploy", "unlock": "deploy", "status": "deploy",
     "logs": "deploy", "demo": "deploy", "facts": "preflight", "preflight": "preflight",
-    "collect": "preflight", "restart": "rolling", "rollback": "rolling",
+    "collect": "preflight", "restart": "rolling", "rollback": "rolling", "weights": "weights",
 }  # fmt: skip
 
 

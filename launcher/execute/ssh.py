@@ -219,6 +219,15 @@ class SshConnector:
         endpoint = resolve(host, self._config)
         return SshTransport(host.name, self._client(endpoint), self.options)
 
+    def endpoint(self, host: Host) -> Endpoint:
+        """Where :meth:`connect` goes for ``host`` (for tools that open their own SSH, as
+        ``fleet weights`` does with rsync)."""
+        return resolve(host, self._config)
+
+    def known_keys(self, endpoint: Endpoint) -> dict[str, paramiko.PKey]:
+        """The host keys this connector accepts for ``endpoint``, by key type."""
+        return self._known.keys_for(endpoint.known_name)
+
     def close(self) -> None:
         with self._lock:
             self._closed = True

@@ -7,6 +7,8 @@ In the host's mount namespace it sets up:
 - hostname NAME; ``/srv`` and ``/run`` bound to ``HOSTDIR/srv`` and ``HOSTDIR/run``; fleet's own
   state dirs ``/etc/fleet`` and ``/var/lib/fleet`` bound to ``HOSTDIR/etc-fleet`` and
   ``HOSTDIR/var-lib-fleet`` (each host has its own deployments, as separate machines would);
+- root's ``~/.ssh`` bound to ``HOSTDIR/root-ssh``: each host has its own authorized_keys and
+  known_hosts, as separate machines would (host-to-host logins, e.g. ``fleet weights``);
 - an empty ``HOSTDIR/root-bashrc`` over root's ``~/.bashrc``, if this machine has one: bash runs
   that file for every command sshd starts, and this machine's (a developer's: ``pyenv init``)
   costs ~0.3 s per SSH command; a fleet host's root has none of it;
@@ -95,6 +97,9 @@ def main(name: str, hostdir: str) -> None:
         os.makedirs(target, exist_ok=True)  # an empty mount point on the shared filesystem
         bind(f"{hostdir}/{own}", target)
     hide_root_bashrc(hostdir)
+    root_ssh = os.path.join(pwd.getpwuid(0).pw_dir, ".ssh")
+    os.makedirs(root_ssh, mode=0o700, exist_ok=True)  # an empty mount point on the shared filesystem
+    bind(f"{hostdir}/root-ssh", root_ssh)
     if not os.path.ismount("/sys/fs/cgroup/devices"):
         mount("cgroup", "/sys/fs/cgroup", "tmpfs", 0, "mode=755")
         for c in CGROUPS:

@@ -42,7 +42,9 @@ def write_config(host: HostState, authorized_keys: Path) -> None:
                 f"ListenAddress {listen}",
                 f"HostKey {d}/ssh_host_ed25519_key",
                 "PidFile none",
-                f"AuthorizedKeysFile {authorized_keys}",
+                # The sandbox's client key, then the host's own ~/.ssh/authorized_keys (private
+                # per host, see hostinit.py), where `fleet weights` authorizes its per-run keys.
+                f"AuthorizedKeysFile {authorized_keys} .ssh/authorized_keys",
                 "PubkeyAuthentication yes",
                 "PasswordAuthentication no",
                 "KbdInteractiveAuthentication no",
@@ -68,7 +70,7 @@ def hostinit_script(dest: Path) -> Path:
 
 def start(host: HostState, script: Path) -> procs.ProcRef:
     d = Path(host.dir)
-    for sub in ("srv", "run/sshd", "fakehw/bin", "etc-fleet", "var-lib-fleet"):
+    for sub in ("srv", "run/sshd", "fakehw/bin", "etc-fleet", "var-lib-fleet", "root-ssh"):
         (d / sub).mkdir(parents=True, exist_ok=True)
     argv: tuple[str, ...] = (
         "unshare", "--mount", "--uts", sys.executable, "-I", str(script), host.name, host.dir,

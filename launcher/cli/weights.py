@@ -1,0 +1,152 @@
+"""``fleet weights stage|verify``: put a deployment's model weights on exactly the hosts that
+run it, at the paths its units read, and prove every copy is the same.
+
+Exit codes: 0 every host has a matching copy; 1 some host failed, differs, or lacks the disk
+space (each named on stderr); 2 bad input.
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from typing import Iterator
+
+import click
+
+from launcher.cli import cli
+from launcher.cli.common import connector as _connector, execute_log_to_stderr as _execute_log_to_stderr
+from launcher.cli.common import ssh_options as _ssh_options
+from launcher.output import dumps, print_table, table
+from launcher.pipeline import Inputs, load_inputs, planned
+from launcher.weights.disk import gib
+from launcher.weights.needs import ModelNeed, model_needs
+from launcher.weights.stage import Progress, Report, parse_source, source_manifests, stage, verify
+
+
+def _needs(inputs: Inputs) -> tuple[ModelNeed, ...]:
+    return model_needs(planned(inputs), inputs.inventory, inputs.catalog.get(inputs.playbook.recipe))
+
+
+def report_json(report: Report) -> dict[str, object]:
+    return {
+        "models": [{"model": m.model, "revision": m.revision, "files": len(m.files), "bytes": m.size}
+                   for m in report.models],
+        "hosts": [{"host": h.host, "status": h.status, "files_transferred": h.files, "bytes_transferred": h.bytes,
+                   "mismatches": [{"dir": d, "file": x.path, "problem": x.problem, "detail": x.detail}
+                                  for d, x in h.mismatches],
+                   "received_from": dict(h.senders), "error": h.error} for h in report.hosts],
+        "seconds": round(report.seconds, 3),
+        "ok": report.ok,
+    }  # fmt: skip
+
+
+class _Bars:
+    """One rich progress bar per receiving host: bytes, rate, ETA (on a terminal only)."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import (BarColumn, DownloadColumn, Progress as RichProgress, TextColumn,
+                                   TimeRemainingColumn, TransferSpeedColumn)  # fmt: skip
+
+        self._p = RichProgress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                               TransferSpeedColumn(), TimeRemainingColumn(), console=Console(stderr=True))  # fmt: skip
+        self._tasks: dict[str, object] = {}
+
+    def begin(self, host: str, total: int) -> None:
+        self._tasks[host] = self._p.add_task(host, total=total)
+
+    def advance(self, host: str, done: int) -> None:
+        self._p.update(self._tasks[host], completed=done)  # type: ignore[arg-type]
+
+    def end(self, host: str, ok: bool) -> None:
+        if host in self._tasks:
+            self._p.update(self._tasks[host], description=f"{host} {'ok' if ok else 'FAILED'}")  # type: ignore[arg-type]
+
+    @contextmanager
+    def shown(self) -> Iterator[Progress]:
+        with self._p:
+            yield self
+
+
+@contextmanager
+def _progress(as_json: bool) -> Iterator[Progress | None]:
+    if as_json or not sys.stderr.isatty():
+        yield None
+        return
+    with _Bars().shown() as bars:
+        yield bars
+
+
+def _print(report: Report, verb: str, as_json: bool) -> None:
+    if as_json:
+        click.echo(dumps(report_json(report)))
+    else:
+        rows = [(h.host, h.status, str(h.files), str(h.bytes), str(len(h.mismatches)),
+                 ", ".join(f"{s} {n}" for s, n in h.senders), h.error) for h in report.hosts]
+        print_table(table(("host", "status", "files moved", "bytes moved", "mismatches", "from", "error"), rows))
+    for h in report.hosts:
+        for d, x in h.mismatches if verb == "verify" else ():
+            click.echo(f"fleet: weights: {h.host}: {d}/{x.line()}", err=True)
+        if h.error:
+            click.echo(f"fleet: weights: {h.host}: {h.error}", err=True)
+    models = ", ".join(f"{m.model}@{m.revision} ({gib(m.size)})" for m in report.models)
+    bad = [h.host for h in report.hosts if h.status != "ok"]
+    moved = sum(h.bytes for h in report.hosts)
+    click.echo(f"fleet: weights {verb}: {models}: {len(report.hosts) - len(bad)}/{len(report.hosts)} host(s) ok"
+               + (f", {moved} bytes transferred in {report.seconds:.1f}s" if verb == "stage" else "")
+               + (f"; failed: {', '.join(bad)}" if bad else ""), err=True)
+
+
+@cli.group("weights")
+def weights_group() -> None:
+    """Stage model weights on the hosts of a deployment and verify them."""
+
+
+@weights_group.command("stage")
+@click.argument("playbook")
+@_ssh_options
+@click.option("--source", "source_text", required=True, metavar="DIR|HOST:PATH",
+              help="Where the models are: a directory on this host, or PATH on an inventory host; it holds each "
+                   "model at its name below the models dir (<org>/<name> for a repo id).")
+@click.option("--revision", default=None, help="Revision to record (default: the source manifest's, else a hash of "
+                                               "the content).")
+@click.option("--full", is_flag=True, help="Hash the hosts' copies (finds same-size corruption; reads every byte).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def stage_command(playbook: str, inventory_path: str, known_hosts: tuple[str, ...], trust_new_hosts: bool,
+                  forks: int, source_text: str, revision: str | None, full: bool, as_json: bool) -> None:  # fmt: skip
+    """Put every model PLAYBOOK's units read (target, draft) at the path they read it from, on
+    every host that runs one of them and no other.  The source is read once; hosts that have a
+    file pass it on to the next (rsync over SSH, with a per-run key each host may use only to
+    read that model dir).  Free space is checked on every host first; a re-run moves only what
+    is missing or different, and each copy gets a manifest (fleet-weights.json) last."""
+    inputs = load_inputs(playbook, inventory_path)
+    needs = _needs(inputs)
+    source = parse_source(source_text, inputs.inventory)
+    with _execute_log_to_stderr(), _connector(known_hosts, trust_new_hosts) as connector, \
+            _progress(as_json) as bars:  # fmt: skip
+        report = stage(inputs.inventory, needs, source, connector, revision=revision, full=full, forks=forks,
+                       progress=bars)
+    _print(report, "stage", as_json)
+    sys.exit(0 if report.ok else 1)
+
+
+@weights_group.command("verify")
+@click.argument("playbook")
+@_ssh_options
+@click.option("--source", "source_text", default=None, metavar="DIR|HOST:PATH",
+              help="Compare with this source (default: with the copy most hosts have).")
+@click.option("--full", is_flag=True, help="Hash every file on every host (in parallel), not only sizes and mtimes.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def verify_command(playbook: str, inventory_path: str, known_hosts: tuple[str, ...], trust_new_hosts: bool,
+                   forks: int, source_text: str | None, full: bool, as_json: bool) -> None:  # fmt: skip
+    """Check every host's copy of PLAYBOOK's models: manifest present and the same revision
+    everywhere, every file there with its size and mtime (--full: its sha256).  Names host and
+    file of every mismatch; exit 1 if any."""
+    inputs = load_inputs(playbook, inventory_path)
+    needs = _needs(inputs)
+    source = parse_source(source_text, inputs.inventory) if source_text else None
+    with _execute_log_to_stderr(), _connector(known_hosts, trust_new_hosts) as connector:
+        expected = source_manifests(needs, source, connector, inputs.inventory, None) if source else None
+        report = verify(inputs.inventory, needs, connector, expected=expected, full=full, forks=forks)
+    _print(report, "verify", as_json)
+    sys.exit(0 if report.ok else 1)

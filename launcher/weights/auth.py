@@ -1,0 +1,84 @@
+"""Host-to-host authentication for one staging run.  Pure (builds keys, lines and argv).
+
+A receiving host fetches files from another host with rsync over SSH, so it must log in there.
+Per run and per model fleet makes a fresh ed25519 key pair; the private key goes to the
+receivers only (0600, in a root-only run dir under /run); the public key is authorized on the
+hosts that may send that model with ``restrict`` (no shell, no forwarding, no pty),
+``from=`` the receivers' data IPs, and a forced ``rrsync -ro <model dir>`` (rsync's own
+restricted server: read-only, confined to that one directory).  Both are removed when the run
+ends, also after a failure or Ctrl-C.  Host keys are checked strictly on every hop against the
+keys fleet itself already trusts for the sender.
+"""
+
+from __future__ import annotations
+
+import base64
+import posixpath
+import shlex
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from launcher.execute.hostkeys import host_key_name
+
+RUN_DIR_ROOT = "/run"
+AUTHORIZED_KEYS = ".ssh/authorized_keys"  # below the login user's home (OpenSSH's default)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KeyPair:
+    private: bytes  # OpenSSH PEM
+    public: str  # "ssh-ed25519 AAAA..."
+
+
+def new_key() -> KeyPair:
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                serialization.NoEncryption())  # fmt: skip
+    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    return KeyPair(private=private, public=public.decode())
+
+
+def run_dir(run_id: str) -> str:
+    return posixpath.join(RUN_DIR_ROOT, f"fleet-weights-{run_id}")
+
+
+def marker(run_id: str) -> str:
+    """The comment that tags this run's authorized_keys lines (what the clean-up removes)."""
+    return f"fleet-weights-{run_id}"
+
+
+def authorized_line(key: KeyPair, model_dir: str, from_ips: Iterable[str], run_id: str) -> str:
+    ips = ",".join(sorted(set(from_ips)))
+    command = shlex.join(("rrsync", "-ro", model_dir)).replace("\\", "\\\\").replace('"', '\\"')
+    return f'restrict,from="{ips}",command="{command}" {key.public} {marker(run_id)}'
+
+
+_ADD = 'umask 077; mkdir -p "$HOME/.ssh"; shift; printf "%s\\n" "$@" >> "$HOME/' + AUTHORIZED_KEYS + '"'
+_REMOVE = ('f="$HOME/' + AUTHORIZED_KEYS + '"; [ ! -f "$f" ] || sed -i "/ $1\\$/d" "$f"; rm -rf -- "$2"')
+
+
+def authorize_argv(lines: Iterable[str]) -> tuple[str, ...]:
+    return ("sh", "-c", _ADD, "fleet-weights", "-", *lines)
+
+
+def cleanup_argv(run_id: str) -> tuple[str, ...]:
+    """Removes this run's authorized_keys lines and its run dir (idempotent)."""
+    return ("sh", "-c", _REMOVE, "fleet-weights", marker(run_id), run_dir(run_id))
+
+
+def known_hosts_lines(address: str, port: int, keys: Mapping[str, object]) -> list[str]:
+    """known_hosts entries for a sender's data address, with the keys fleet knows for it
+    (``keys``: key type -> paramiko key)."""
+    name = host_key_name(address, port)
+    return [f"{name} {t} {base64.b64encode(k.asbytes()).decode()}"  # type: ignore[attr-defined]
+            for t, k in sorted(keys.items())]
+
+
+def ssh_command(key_file: str, known_hosts: str, port: int) -> str:
+    """rsync's ``-e``: strict host keys, only the run's key, never a prompt."""
+    return shlex.join(("ssh", "-p", str(port), "-i", key_file, "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+                       "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={known_hosts}",
+                       "-o", "GlobalKnownHostsFile=/dev/null", "-o", "ConnectTimeout=10"))  # fmt: skip

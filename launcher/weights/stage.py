@@ -1,0 +1,489 @@
+"""``fleet weights stage`` and ``verify`` over SSH: scan, compare, refuse, spread, record.
+
+Staging, in this order (nothing moves before step 3 passed on every host):
+1. the source is scanned and hashed once (a manifest already in the source dir lends the hashes
+   of files whose size and mtime it records);
+2. every host is scanned (``full``: hashed, on all hosts in parallel) and compared with the
+   source manifest: intact files make the host a holder of them, the rest are what it lacks;
+3. free space is checked against what each host lacks (refusal names host, path, need, have);
+4. the run's host-to-host keys are installed (:mod:`launcher.weights.auth`), each changing
+   copy loses its manifest, files the source does not have are removed;
+5. files are spread (:mod:`launcher.weights.spread`): rsync over SSH, pushed by the control host
+   when the source is a directory here, else pulled by the receiving host from a holder;
+6. each host is scanned again and, when it matches, gets its manifest (written last);
+7. keys and run dirs are removed from every host touched (also after errors and Ctrl-C).
+
+A re-run finds every intact file and transfers only the others; rsync's delta transfer then
+sends only the changed blocks of a file that is present but different.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import os
+import posixpath
+import re
+import secrets
+import shutil
+import subprocess
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Literal, Mapping, Protocol, Sequence
+
+from launcher import hostscripts
+from launcher.errors import FleetError, RemoteError, UsageError
+from launcher.execute.fanout import DEFAULT_FORKS, run_all
+from launcher.execute.local import LocalTransport
+from launcher.execute.ssh import SshConnector
+from launcher.execute.transport import Transport
+from launcher.model import Host, Inventory
+from launcher.weights import auth, disk
+from launcher.weights.manifest import (
+    MANIFEST_NAME, SKIP, Listing, Manifest, Mismatch, compare, for_host, from_listing, parse_scan, to_json,
+)  # fmt: skip
+from launcher.weights.needs import ModelNeed
+from launcher.weights.spread import SOURCE, Spread, Transfer
+
+SCAN_TIMEOUT_S = 6 * 3600.0  # hashing hundreds of GB
+TRANSFER_TIMEOUT_S = 24 * 3600.0  # one file; rsync's own --timeout catches a stalled link
+RSYNC_IO_TIMEOUT_S = 120
+PARTIAL_DIR = ".fleet-partial"  # resumable: an interrupted file's data is kept here
+
+
+class WeightsRefused(FleetError):
+    """Not enough disk on some host: nothing was transferred."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Source:
+    kind: Literal["dir", "host"]
+    root: str  # holds each model at its relative name
+    host: str = ""  # kind "host": the inventory host holding it
+
+
+def parse_source(text: str, inventory: Inventory) -> Source:
+    """``DIR`` (on the control host) or ``HOST:PATH`` (HOST in the inventory)."""
+    name, sep, path = text.partition(":")
+    if sep and not name.startswith("/") and not name.startswith("."):
+        if name not in {h.name for h in inventory.hosts}:
+            raise UsageError(f"--source {text}: no host {name!r} in the inventory")
+        if not path.startswith("/"):
+            raise UsageError(f"--source {text}: the path on {name} must be absolute")
+        return Source(kind="host", root=path, host=name)
+    if not os.path.isdir(text):
+        raise UsageError(f"--source {text}: no such directory on this host")
+    return Source(kind="dir", root=os.path.abspath(text))
+
+
+class Progress(Protocol):
+    def begin(self, host: str, total: int) -> None: ...
+
+    def advance(self, host: str, done: int) -> None: ...
+
+    def end(self, host: str, ok: bool) -> None: ...
+
+
+class _Quiet:
+    def begin(self, host: str, total: int) -> None:
+        pass
+
+    def advance(self, host: str, done: int) -> None:
+        pass
+
+    def end(self, host: str, ok: bool) -> None:
+        pass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostResult:
+    host: str
+    status: Literal["ok", "failed", "unreachable"]
+    files: int = 0  # files transferred to it
+    bytes: int = 0  # bytes rsync moved to it (deltas, not file sizes)
+    mismatches: tuple[tuple[str, Mismatch], ...] = ()  # (model dir, mismatch): what verify found / stage fixed
+    senders: tuple[tuple[str, int], ...] = ()  # (host it got files from, or "source"; files), by name
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Report:
+    models: tuple[Manifest, ...]
+    hosts: tuple[HostResult, ...]
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return all(h.status == "ok" for h in self.hosts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scans
+# ---------------------------------------------------------------------------------------------
+
+
+def scan_argv(dirs: Sequence[str], *, hash_files: bool, reuse: bool = False) -> tuple[str, ...]:
+    script = hostscripts.text("weights-scan.py")
+    opts = {"dirs": list(dirs), "hash": hash_files, "reuse": reuse, "manifest": MANIFEST_NAME, "skip": list(SKIP)}
+    return ("python3", "-c", script, json.dumps(opts))
+
+
+def scan(t: Transport, dirs: Sequence[str], *, hash_files: bool, reuse: bool = False) -> dict[str, Listing]:
+    """Each dir's :class:`Listing` on the host behind ``t``."""
+    r = t.run(scan_argv(dirs, hash_files=hash_files, reuse=reuse), timeout=SCAN_TIMEOUT_S, check=True)
+    try:
+        raw = json.loads(r.stdout)
+        return {d: parse_scan(raw[d]) for d in dirs}
+    except (ValueError, KeyError, TypeError) as err:
+        raise RemoteError(t.host, "weights scan", r.exit_status, f"unreadable scan output: {err}") from None
+
+
+def source_manifests(needs: Sequence[ModelNeed], source: Source, connector: SshConnector,
+                     inventory: Inventory, revision: str | None) -> tuple[Manifest, ...]:
+    """The expected manifest of each model, from one hashed scan of the source."""
+    t: Transport = LocalTransport() if source.kind == "dir" else connector.connect(inventory.host(source.host))
+    where = "" if source.kind == "dir" else f"{source.host}:"
+    dirs = [posixpath.join(source.root, n.rel) for n in needs]
+    listings = scan(t, dirs, hash_files=True, reuse=True)
+    out = []
+    for n, d in zip(needs, dirs):
+        listing = listings[d]
+        if not listing.exists or not listing.files:
+            raise UsageError(f"source {where}{d}: {'no such directory' if not listing.exists else 'no files'} "
+                             f"(the source holds {n.model} at <source>/{n.rel})")
+        own = listing.manifest
+        rev = revision or (own.revision if own is not None and own.same_content(
+            from_listing(n.model, own.revision, listing)) else None)
+        out.append(from_listing(n.model, rev, listing))
+    return tuple(out)
+
+
+def _reference(manifests: Sequence[Manifest]) -> Manifest | None:
+    """The content most hosts have (ties: the first host's), for a verify without a source."""
+    if not manifests:
+        return None
+    counts = Counter(m.content_key() for m in manifests)
+    best = max(counts.values())
+    return next(m for m in manifests if counts[m.content_key()] == best)
+
+
+# ---------------------------------------------------------------------------------------------
+# verify
+# ---------------------------------------------------------------------------------------------
+
+
+def _host_scans(hosts: Sequence[Host], dirs: Mapping[str, list[str]], connector: SshConnector, *, full: bool,
+                forks: int) -> tuple[dict[str, dict[str, Listing]], dict[str, HostResult]]:
+    result = run_all(hosts, lambda h, t: scan(t, dirs[h.name], hash_files=full), connector=connector, forks=forks)
+    failed = {o.host.name: HostResult(host=o.host.name, status="unreachable", error=o.reason) for o in result.unreachable}
+    failed.update({o.host.name: HostResult(host=o.host.name, status="failed", error=o.message) for o in result.failed})
+    return result.values(), failed
+
+
+def _hosts(inventory: Inventory, needs: Sequence[ModelNeed]) -> tuple[list[Host], dict[str, list[str]]]:
+    dirs: dict[str, list[str]] = {}
+    for n in needs:
+        for host, path in n.paths:
+            dirs.setdefault(host, []).append(path)
+    return [h for h in inventory.hosts if h.name in dirs], dirs
+
+
+def verify(inventory: Inventory, needs: Sequence[ModelNeed], connector: SshConnector, *,
+           expected: Sequence[Manifest] | None = None, full: bool = False, forks: int = DEFAULT_FORKS) -> Report:
+    """Every host's copy of every model against ``expected`` (default: the manifest most hosts
+    have).  A host without a manifest, with another revision or content, or with any file
+    differing is ``failed`` with each mismatch named."""
+    hosts, dirs = _hosts(inventory, needs)
+    scans, bad = _host_scans(hosts, dirs, connector, full=full, forks=forks)
+    refs: list[Manifest] = []
+    per_host: dict[str, list[tuple[str, Mismatch]]] = {h: [] for h in scans}
+    for i, n in enumerate(needs):
+        have = [(h, scans[h][p]) for h, p in n.paths if h in scans]
+        ref = expected[i] if expected is not None else _reference([lst.manifest for _, lst in have if lst.manifest])
+        if ref is None:
+            for h, lst in have:
+                per_host[h].append((dict(n.paths)[h], Mismatch(path=MANIFEST_NAME, problem="missing",
+                                                               detail="no host has a staged copy")))
+            continue
+        refs.append(ref)
+        for h, lst in have:
+            path = dict(n.paths)[h]
+            if lst.manifest is None:
+                why = lst.manifest_error or "not staged, or staging did not finish"
+                per_host[h].append((path, Mismatch(path=MANIFEST_NAME, problem="missing", detail=why)))
+            elif not lst.manifest.same_content(ref):
+                per_host[h].append((path, Mismatch(path=MANIFEST_NAME, problem="modified",
+                                                   detail=f"revision {lst.manifest.revision}, expected {ref.revision}")))
+            per_host[h].extend((path, m) for m in compare(ref, lst))
+    out = [bad.get(h.name) or HostResult(host=h.name, status="failed" if per_host[h.name] else "ok",
+                                         mismatches=tuple(per_host[h.name])) for h in hosts]  # fmt: skip
+    return Report(models=tuple(refs), hosts=tuple(out))
+
+
+# ---------------------------------------------------------------------------------------------
+# stage
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True, kw_only=True)
+class _Job:
+    """One host's part of the run (mutable bookkeeping of the executor, never returned)."""
+
+    host: Host
+    total: int = 0
+    done: int = 0
+    files: int = 0
+    bytes: int = 0
+    error: str = ""
+    fixed: list[tuple[str, Mismatch]] = field(default_factory=list)
+    senders: Counter[str] = field(default_factory=Counter)
+
+
+_STATS = {"pull": re.compile(r"Total bytes received: ([\d,.]+)"), "push": re.compile(r"Total bytes sent: ([\d,.]+)")}
+
+
+def _moved(text: str, way: str) -> int:
+    m = _STATS[way].search(text)
+    return int(re.sub(r"[,.]", "", m.group(1))) if m else 0
+
+
+def _rsync_argv(ssh: str, src: str, dst: str) -> tuple[str, ...]:
+    # -I: the scan already decided this file differs; rsync's own quick check (size + mtime)
+    # would skip a same-size file corrupted under an unchanged mtime.
+    return ("rsync", "-a", "-I", "--stats", "--mkpath", f"--partial-dir={PARTIAL_DIR}",
+            f"--timeout={RSYNC_IO_TIMEOUT_S}", "-e", ssh, src, dst)  # fmt: skip
+
+
+def stage(inventory: Inventory, needs: Sequence[ModelNeed], source: Source, connector: SshConnector, *,
+          revision: str | None = None, full: bool = False, forks: int = DEFAULT_FORKS,
+          progress: Progress | None = None, use_hosts: bool = True) -> Report:
+    """Put every model at its path on every host that needs it (see the module doc).
+    ``use_hosts=False`` makes every host fetch from the source (bench/'s baseline).  Raises
+    :class:`WeightsRefused` before anything moves when a host lacks the disk space."""
+    started = time.monotonic()
+    progress = progress or _Quiet()
+    expected = source_manifests(needs, source, connector, inventory, revision)
+    hosts, dirs = _hosts(inventory, needs)
+    scans, bad = _host_scans(hosts, dirs, connector, full=full, forks=forks)
+    jobs = {h.name: _Job(host=h) for h in hosts if h.name in scans}
+    wants: dict[str, list[tuple[str, str]]] = {h: [] for h in jobs}
+    holders: dict[tuple[str, str], list[str]] = {}
+    extras: dict[str, list[str]] = {h: [] for h in jobs}
+    rewrite: dict[str, list[str]] = {h: [] for h in jobs}  # dirs whose manifest must be (re)written
+    space: dict[str, list[tuple[str, Listing, int]]] = {h: [] for h in jobs}
+    sizes = {(n.model, f.path): f.size for n, m in zip(needs, expected) for f in m.files}
+    for n, m in zip(needs, expected):
+        for h, path in n.paths:
+            if h not in jobs:
+                continue
+            lst = scans[h][path]
+            problems = compare(m, lst)
+            jobs[h].fixed.extend((path, p) for p in problems)
+            broken = {p.path for p in problems if p.problem != "extra"}
+            extras[h].extend(posixpath.join(path, p.path) for p in problems if p.problem == "extra")
+            for f in m.files:
+                if f.path in broken:
+                    wants[h].append((n.model, f.path))
+                else:
+                    holders.setdefault((n.model, f.path), []).append(h)
+            if problems or lst.manifest is None or not lst.manifest.same_content(m):
+                rewrite[h].append(path)
+            need = sum(sizes[(n.model, p)] for p in broken)
+            space[h].append((path, lst, need))
+            jobs[h].total += need
+    refused = [line for h in jobs for line in disk.refusals(h, space[h])]
+    if refused:
+        raise WeightsRefused("not enough disk space, nothing was transferred: " + "; ".join(refused))
+    run_id = secrets.token_hex(6)
+    touched: set[str] = set()
+    local_dir = tempfile.mkdtemp(prefix="fleet-weights-")
+    try:
+        routes = _install_auth(inventory, needs, source, connector, jobs, wants, rewrite, extras, run_id,
+                               local_dir, use_hosts, touched, forks)
+        _spread(inventory, jobs, wants, holders, routes, connector, sizes, progress, forks, use_hosts,
+                source.host or None)
+        _finish(inventory, jobs, needs, expected, rewrite, connector, progress, forks)
+    finally:
+        _cleanup(inventory, touched, run_id, connector, forks)
+        shutil.rmtree(local_dir, ignore_errors=True)
+    results = [bad.get(h.name) or HostResult(
+        host=h.name, status="failed" if jobs[h.name].error else "ok", files=jobs[h.name].files,
+        bytes=jobs[h.name].bytes, mismatches=tuple(jobs[h.name].fixed), senders=tuple(sorted(jobs[h.name].senders.items())),
+        error=jobs[h.name].error) for h in hosts]
+    return Report(models=expected, hosts=tuple(results), seconds=time.monotonic() - started)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Routes:
+    """How a transfer runs: per (model, receiver) its dest dir, per (model, sender) the remote
+    spec rsync reads from, the control host's push options."""
+
+    dest: Mapping[tuple[str, str], str]
+    remote: Mapping[tuple[str, str], str]  # (model, sender) -> "user@ip:" (rrsync root = its model dir)
+    ssh: Mapping[tuple[str, str], str]  # (model, receiver) -> rsync -e for pulls
+    push: Mapping[str, tuple[str, str]]  # receiver -> (user@address:, rsync -e) for the control host
+    source_dirs: Mapping[str, str]  # model -> its dir in the source
+
+
+def _data_ip(h: Host) -> str:
+    return h.spec.data_ip or h.address
+
+
+def _install_auth(inventory: Inventory, needs: Sequence[ModelNeed], source: Source, connector: SshConnector,
+                  jobs: Mapping[str, _Job], wants: Mapping[str, list[tuple[str, str]]],
+                  rewrite: Mapping[str, list[str]], extras: Mapping[str, list[str]], run_id: str,
+                  local_dir: str, use_hosts: bool, touched: set[str], forks: int) -> _Routes:
+    """Keys, known_hosts and authorized lines for this run's hops; stale manifests and files
+    the source does not have removed.  Every host it touches is added to ``touched`` first."""
+    rdir = auth.run_dir(run_id)
+    dest = {(n.model, h): p for n in needs for h, p in n.paths}
+    source_dirs = {n.model: posixpath.join(source.root, n.rel) for n in needs}
+    receivers = sorted(h for h, items in wants.items() if items)
+    authorize: dict[str, list[str]] = {}
+    keys: dict[str, dict[str, bytes]] = {}  # receiver -> key file name -> private key
+    known: dict[str, set[str]] = {}
+    remote: dict[tuple[str, str], str] = {}
+    ssh: dict[tuple[str, str], str] = {}
+    for i, n in enumerate(needs):
+        takers = [h for h in receivers if any(m == n.model for m, _ in wants[h])]
+        senders = [(h, h, p) for h, p in n.paths if h in jobs] if use_hosts else []
+        if source.kind == "host":
+            senders.append((SOURCE, source.host, source_dirs[n.model]))
+        if not takers or not senders:
+            continue
+        key = auth.new_key()
+        ips = [_data_ip(inventory.host(h)) for h in takers]
+        for node, sender, path in senders:
+            host = inventory.host(sender)
+            end = connector.endpoint(host)
+            authorize.setdefault(sender, []).append(auth.authorized_line(key, path, ips, run_id))
+            remote[(n.model, node)] = f"{end.user}@{_data_ip(host)}:"
+            for t in takers:
+                known.setdefault(t, set()).update(auth.known_hosts_lines(_data_ip(host), end.port,
+                                                                         connector.known_keys(end)))
+        for t in takers:
+            keys.setdefault(t, {})[f"key-{i}"] = key.private
+            # Every sender listens on the port fleet reaches it on (same sshd, data address).
+            port = connector.endpoint(inventory.host(senders[0][1])).port
+            ssh[(n.model, t)] = auth.ssh_command(posixpath.join(rdir, f"key-{i}"),
+                                                 posixpath.join(rdir, "known_hosts"), port)
+    push: dict[str, tuple[str, str]] = {}
+    if source.kind == "dir" and receivers:
+        kh = os.path.join(local_dir, "known_hosts")
+        lines: set[str] = set()
+        for h in receivers:
+            end = connector.endpoint(inventory.host(h))
+            if end.via is not None:
+                raise UsageError(f"{h}: reached through a jump host; stage from HOST:PATH (a fleet host) "
+                                 "instead of a directory on this host")
+            lines.update(auth.known_hosts_lines(end.address, end.port, connector.known_keys(end)))
+            push[h] = (f"{end.user}@{end.address}:", auth.ssh_command(end.key_files[0] if end.key_files else "",
+                                                                      kh, end.port))
+        with open(kh, "w") as f:
+            f.write("\n".join(sorted(lines)) + "\n")
+
+    def prepare(h: Host, t: Transport) -> None:
+        touched.add(h.name)
+        if h.name in authorize:
+            t.run(auth.authorize_argv(authorize[h.name]), timeout=60, check=True)
+        for name, private in keys.get(h.name, {}).items():
+            t.put(posixpath.join(rdir, name), private, 0o600)
+        if h.name in known:
+            t.put(posixpath.join(rdir, "known_hosts"), ("\n".join(sorted(known[h.name])) + "\n").encode(), 0o600)
+        stale = [posixpath.join(d, MANIFEST_NAME) for d in rewrite.get(h.name, ())] + list(extras.get(h.name, ()))
+        if stale:
+            t.run(("rm", "-f", "--", *stale), timeout=120, check=True)
+
+    busy = sorted(set(authorize) | set(keys) | {h for h, d in rewrite.items() if d})
+    _all_or_raise([inventory.host(h) for h in busy], prepare, connector, forks, "cannot prepare the transfer")
+    return _Routes(dest=dest, remote=remote, ssh=ssh, push=push, source_dirs=source_dirs)
+
+
+def _all_or_raise(hosts: Sequence[Host], fn: Callable[[Host, Transport], None], connector: SshConnector,
+                  forks: int, what: str) -> None:
+    result = run_all(hosts, fn, connector=connector, forks=forks)
+    problems = [f"{o.host.name}: {o.reason}" for o in result.unreachable] + [o.message for o in result.failed]
+    if problems:
+        raise FleetError(f"{what}: " + "; ".join(problems))
+
+
+def _spread(inventory: Inventory, jobs: Mapping[str, _Job], wants: Mapping[str, list[tuple[str, str]]],
+            holders: Mapping[tuple[str, str], list[str]], routes: _Routes, connector: SshConnector,
+            sizes: Mapping[tuple[str, str], int], progress: Progress, forks: int, use_hosts: bool,
+            source_host: str | None) -> None:
+    """Runs the :class:`Spread` schedule; a host whose transfer fails is given up (``error``)."""
+    for name, job in jobs.items():
+        if wants[name]:
+            progress.begin(name, job.total)
+    local = LocalTransport()
+
+    def run(tr: Transfer) -> int:
+        model, rel = tr.item
+        dst = posixpath.join(routes.dest[(model, tr.dst)], rel)
+        if tr.src == SOURCE and tr.dst in routes.push:
+            where, e = routes.push[tr.dst]
+            r = local.run(_rsync_argv(e, os.path.join(routes.source_dirs[model], rel), where + dst),
+                          timeout=TRANSFER_TIMEOUT_S, check=True)
+            return _moved(r.stdout_text, "push")
+        t = connector.connect(inventory.host(tr.dst))
+        r = t.run(_rsync_argv(routes.ssh[(model, tr.dst)], routes.remote[(model, tr.src)] + rel, dst),
+                  timeout=TRANSFER_TIMEOUT_S, check=True)
+        return _moved(r.stdout_text, "pull")
+
+    plan = Spread(wants, holders, use_hosts=use_hosts, source_host=source_host)
+    with cf.ThreadPoolExecutor(max_workers=max(1, min(forks, len(jobs))), thread_name_prefix="fleet-weights") as pool:
+        running = {pool.submit(run, tr): tr for tr in plan.start()}
+        while running:
+            finished, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
+            for fut in finished:
+                tr = running.pop(fut)
+                job = jobs[tr.dst]
+                try:
+                    job.bytes += fut.result()
+                except FleetError as err:
+                    job.error = f"{tr.item[1]} from {tr.src or 'the source'}: {err}"
+                    progress.end(tr.dst, False)
+                    nxt = plan.failed(tr)
+                else:
+                    job.files += 1
+                    job.senders[tr.src or "source"] += 1
+                    job.done += sizes[tr.item]
+                    progress.advance(tr.dst, job.done)
+                    nxt = plan.done(tr)
+                running.update({pool.submit(run, n): n for n in nxt})
+
+
+def _finish(inventory: Inventory, jobs: Mapping[str, _Job], needs: Sequence[ModelNeed],
+            expected: Sequence[Manifest], rewrite: Mapping[str, list[str]], connector: SshConnector,
+            progress: Progress, forks: int) -> None:
+    """Scans each changed copy again; one that matches gets its manifest (written last)."""
+    by_path = {(h, p): m for n, m in zip(needs, expected) for h, p in n.paths}
+
+    def one(h: Host, t: Transport) -> None:
+        job = jobs[h.name]
+        dirs = rewrite[h.name]
+        for d, lst in scan(t, dirs, hash_files=False).items():
+            m = by_path[(h.name, d)]
+            left = compare(m, lst)
+            if left:
+                job.error = job.error or f"{d}: still differs after the transfer: " + ", ".join(x.line() for x in left)
+                continue
+            t.put(posixpath.join(d, MANIFEST_NAME), to_json(for_host(m, lst)).encode(), 0o644)
+        progress.end(h.name, not job.error)
+
+    todo = [jobs[h].host for h in jobs if rewrite[h] and not jobs[h].error]
+    result = run_all(todo, one, connector=connector, forks=forks)
+    for o in result.failed:
+        jobs[o.host.name].error = o.message
+    for u in result.unreachable:
+        jobs[u.host.name].error = u.reason
+
+
+def _cleanup(inventory: Inventory, touched: set[str], run_id: str, connector: SshConnector, forks: int) -> None:
+    hosts = [h for h in inventory.hosts if h.name in touched]
+    def one(h: Host, t: Transport) -> None:
+        t.run(auth.cleanup_argv(run_id), timeout=60, check=True)
+
+    _all_or_raise(hosts, one, connector, forks, f"removing the run's keys ({auth.marker(run_id)}) failed")

@@ -1,0 +1,156 @@
+"""``fleet weights`` on the sandbox fleet, through the real CLI: a generated model (valid
+safetensors shards, index, config) plus a synthetic file set and a draft model, staged from a
+directory on the control host to the 7 H100 hosts the deployment runs on (h5, the Ascend host,
+runs nothing and gets nothing).
+
+Proves: the source is read once per file (every other copy came from a host); each copy gets a
+manifest and the run's keys are gone afterwards; a file corrupted in place under its old mtime
+on one host and a file deleted on another are exactly what ``verify --full`` names; staging
+again moves only those two (the corrupted one as an rsync delta); a host whose models dir is a
+small tmpfs is refused before anything moves, naming host, path, need and have; a re-run from
+``HOST:PATH`` fills a wiped host from the others."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from launcher.sandbox.client import Sandbox
+
+pytestmark = pytest.mark.sandbox
+
+REPO = Path(__file__).resolve().parents[2]
+PLAYBOOK = Path(__file__).with_name("eagle.yaml")
+HOSTS = ("h1", "h2", "h3", "h4", "h6", "h7", "h8")
+TARGET, DRAFT = "openai/gpt-oss-120b", "lmsys/EAGLE3-gpt-oss-120b-bf16"
+MB = 1024 * 1024
+
+
+def _safetensors(path: Path, tensors: dict[str, int]) -> None:
+    """A valid safetensors file: little-endian header length, JSON header, F32 data."""
+    header: dict[str, object] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, n in tensors.items():
+        header[name] = {"dtype": "F32", "shape": [n], "data_offsets": [offset, offset + 4 * n]}
+        offset += 4 * n
+    raw = json.dumps(header).encode()
+    with path.open("wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        f.write(os.urandom(offset))
+
+
+def _model(root: Path, shards: int, floats: int) -> None:
+    root.mkdir(parents=True)
+    (root / "config.json").write_text(json.dumps({"architectures": ["GptOssForCausalLM"], "hidden_size": 64}))
+    weight_map = {}
+    for i in range(1, shards + 1):
+        name = f"model-{i:05d}-of-{shards:05d}.safetensors"
+        _safetensors(root / name, {f"layers.{i}.w": floats})
+        weight_map[f"layers.{i}.w"] = name
+    (root / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    src = tmp_path_factory.mktemp("weights-src")
+    _model(src / TARGET, shards=4, floats=3 * MB)  # 4 x 12 MiB
+    extra = src / TARGET / "original"
+    extra.mkdir()
+    for i in range(6):  # the synthetic set, in a subdirectory
+        (extra / f"blob-{i}.bin").write_bytes(os.urandom(8 * MB))
+    _model(src / DRAFT, shards=1, floats=2 * MB)
+    return src
+
+
+def _fleet(sb: Sandbox, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = ["fleet", "weights", *args, "-i", sb.inventory, "--known-hosts", sb.known_hosts]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO,
+                          env={**os.environ, "FLEET_FACTS_DIR": "/nonexistent-facts"})  # fmt: skip
+
+
+def _on_host(sb: Sandbox, host: str, path: str) -> Path:
+    """A host path as this machine sees it (a sandbox host's /srv is its own dir here)."""
+    return Path(sb.host(host).dir) / path.lstrip("/")
+
+
+def _digest(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and p.name != "fleet-weights.json"}
+
+
+def _problems(stderr: str) -> list[str]:
+    return sorted(line for line in stderr.splitlines() if line.startswith("fleet: weights: h"))
+
+
+def test_stage_verify_repair_and_refuse(sandbox_fleet: Sandbox, source: Path) -> None:
+    sb = sandbox_fleet
+    r = _fleet(sb, "stage", str(PLAYBOOK), "--source", str(source), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert [h["host"] for h in doc["hosts"]] == list(HOSTS) and doc["ok"]
+    n_files = sum(1 for p in source.rglob("*") if p.is_file())
+    # Read once: each file left the source one time; every other copy came from a host.
+    assert sum(h["received_from"].get("source", 0) for h in doc["hosts"]) == n_files
+    assert sum(sum(h["received_from"].values()) for h in doc["hosts"]) == n_files * len(HOSTS)
+    for h in HOSTS:
+        for model in (TARGET, DRAFT):
+            copy = _on_host(sb, h, f"/srv/models/{model}")
+            assert _digest(copy) == _digest(source / model), f"{h}: {model}"
+            manifest = json.loads((copy / "fleet-weights.json").read_text())
+            assert manifest["model"] == model and manifest["revision"].startswith("sha256:")
+        # The run's keys are gone: no authorized line, no run dir.
+        assert sb.ssh(h, "cat ~/.ssh/authorized_keys; ls /run | grep fleet-weights-").out == ""
+    assert not list(_on_host(sb, "h5", "/srv/models").iterdir())
+
+    # Corrupt a shard on h3 in place, keeping its mtime (only hashing can tell); delete a file on h6.
+    shard = _on_host(sb, "h3", f"/srv/models/{TARGET}/model-00002-of-00004.safetensors")
+    stat = shard.stat()
+    with shard.open("r+b") as f:
+        f.seek(5 * MB)
+        f.write(b"\xff" * 4096)
+    os.utime(shard, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    (_on_host(sb, "h6", f"/srv/models/{TARGET}/original/blob-3.bin")).unlink()
+    r = _fleet(sb, "verify", str(PLAYBOOK), "--full")
+    assert r.returncode == 1
+    assert [line.split(" (")[0] for line in _problems(r.stderr)] == [
+        f"fleet: weights: h3: /srv/models/{TARGET}/model-00002-of-00004.safetensors: sha256",
+        f"fleet: weights: h6: /srv/models/{TARGET}/original/blob-3.bin: missing",
+    ]
+    assert "failed: h3, h6" in r.stderr
+
+    r = _fleet(sb, "stage", str(PLAYBOOK), "--source", str(source), "--full", "--json")
+    assert r.returncode == 0, r.stderr
+    moved = {h["host"]: (h["files_transferred"], h["bytes_transferred"]) for h in json.loads(r.stdout)["hosts"]}
+    assert {h: n for h, (n, _) in moved.items() if n} == {"h3": 1, "h6": 1}
+    assert moved["h3"][1] < 1 * MB  # the rsync delta of a 12 MiB shard with 4 KiB changed
+    assert moved["h6"][1] >= 8 * MB
+    assert _fleet(sb, "verify", str(PLAYBOOK), "--full").returncode == 0
+
+    # A host whose models dir is too small is refused before anything moves, anywhere.
+    assert sb.ssh("h7", "rm -rf /srv/models && mkdir /srv/models && "
+                  "mount -t tmpfs -o size=16m fleet-weights-test /srv/models").rc == 0
+    try:
+        r = _fleet(sb, "stage", str(PLAYBOOK), "--source", str(source))
+        need = sum(p.stat().st_size for p in source.rglob("*") if p.is_file())
+        assert r.returncode == 1
+        assert r.stderr.strip().splitlines()[-1] == (
+            "fleet: error: not enough disk space, nothing was transferred: h7: "
+            f"/srv/models/{TARGET} + /srv/models/{DRAFT} needs {need / MB:.1f} MiB ({need} bytes), "
+            f"has 16.0 MiB ({16 * MB} bytes) free")
+        assert sb.ssh("h7", "ls -A /srv/models").out == ""
+    finally:
+        assert sb.ssh("h7", "umount /srv/models").rc == 0
+
+    # From HOST:PATH: h7 (wiped above) is filled by the hosts that have the model.
+    r = _fleet(sb, "stage", str(PLAYBOOK), "--source", "h1:/srv/models", "--json")
+    assert r.returncode == 0, r.stderr
+    h7 = next(h for h in json.loads(r.stdout)["hosts"] if h["host"] == "h7")
+    assert h7["files_transferred"] == n_files
+    assert _digest(_on_host(sb, "h7", f"/srv/models/{TARGET}")) == _digest(source / TARGET)
+    assert _fleet(sb, "verify", str(PLAYBOOK), "--full").returncode == 0
