@@ -7,8 +7,9 @@ cd "$(dirname "$0")/.."
 
 export DEBIAN_FRONTEND=noninteractive
 # python3-setuptools + python3-wheel: tests/unit/test_packaging.py builds the wheel offline with the OS python3.
+# prometheus: tests/observe starts a real Prometheus on loopback to scrape the targets fleet writes.
 apt_pkgs=(openssh-server openssh-client iproute2 nftables iptables busybox-static docker.io systemd curl libibverbs1 shellcheck rsync
-          python3-pip python3-setuptools python3-wheel)
+          python3-pip python3-setuptools python3-wheel prometheus)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -4,6 +4,8 @@ Contract: :func:`argv` is identical on every rank of an instance except ``--node
 host's own ``--disaggregation-ib-device``; ``--host 0.0.0.0`` is always passed (SGLang binds
 127.0.0.1 by default, which a router on another host cannot reach) and ``--port`` is passed to
 every rank although only rank 0 serves HTTP, so rank argv differ in the rank alone.
+``--enable-metrics`` is always passed (an override can remove it): SGLang serves no ``/metrics``
+without it, and ``fleet top`` and the Prometheus targets (``launcher/observe``) read it.
 
 Entry point: ``python3 -m sglang.launch_server``.  ``sglang serve`` is the recommended spelling in
 0.5.23 but does not exist in the older images the catalog also pins, and both accept the same
@@ -57,6 +59,8 @@ def argv(recipe: Recipe, ctx: InstanceContext) -> tuple[str, ...]:
     if ctx.served_model_name:
         out += ["--served-model-name", ctx.served_model_name]
     out += ["--host", "0.0.0.0", "--port", str(ctx.ports[HTTP]), "--tp-size", str(par.tp)]
+    if not flags.has(recipe.engine_args, ("--enable-metrics",)):
+        out.append("--enable-metrics")  # /metrics is off by default; fleet top and Prometheus read it
     if par.pp > 1:
         out += ["--pp-size", str(par.pp)]
     if par.dp > 1:

@@ -91,6 +91,7 @@ def image_files() -> dict[str, bytes]:
     files = {
         "app/standin/__init__.py": b"",
         "app/standin/server.py": standin.joinpath("server.py").read_bytes(),
+        "app/standin/metrics.py": standin.joinpath("metrics.py").read_bytes(),
         "app/sglang/__init__.py": standin.joinpath("sglang/__init__.py").read_bytes(),
         "app/sglang/launch_server.py": standin.joinpath("sglang/launch_server.py").read_bytes(),
     }

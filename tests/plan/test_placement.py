@@ -129,7 +129,7 @@ def test_vllm_pd_nixl_env_and_proxy() -> None:
 def test_overrides_replace_append_remove_env_image_and_drop() -> None:
     r = f.recipe(engine_args=("--moe-runner-backend", "triton", "--trust-remote-code"), env={"A": "1"})
     ov = f.overrides(
-        engine_args=("--moe-runner-backend", "marlin", "--enable-metrics"),
+        engine_args=("--moe-runner-backend", "marlin", "--enable-cache-report"),
         remove_args=("--trust-remote-code",),
         env={"A": "2", "B": "3"},
         image="my/sglang:dev",
@@ -139,9 +139,9 @@ def test_overrides_replace_append_remove_env_image_and_drop() -> None:
     )
     secret = SecretRef(name="HF_TOKEN", from_env="HF_TOKEN")
     (u,) = plan(f.inventory(*hosts(1)), f.catalog(r), f.playbook({"single": "h1"}, overrides=ov, secrets=(secret,))).units
-    assert u.argv[-3:] == ("--moe-runner-backend", "marlin", "--enable-metrics")
+    assert u.argv[-3:] == ("--moe-runner-backend", "marlin", "--enable-cache-report")
     assert flags.values(u.argv, ("--moe-runner-backend",)) == (("marlin",),)
-    assert flags.has(u.argv, ("--enable-metrics",)) and not flags.has(u.argv, ("--trust-remote-code",))
+    assert flags.has(u.argv, ("--enable-cache-report",)) and not flags.has(u.argv, ("--trust-remote-code",))
     assert u.env["A"] == "2" and u.env["B"] == "3"
     assert u.container is not None and u.container.image == "my/sglang:dev"
     assert u.container.gpus == () and u.container.devices == () and u.container.ulimits == ()

@@ -18,6 +18,9 @@ because this machine has no GPUs.  It honours the real contract, not a simplifie
   /model_info, /server_info (+ the /get_* aliases the router probes), /v1/models, /generate,
   /v1/completions, /v1/chat/completions (SSE when ``stream``), OpenAI-shaped with usage.
   Every generated token takes FLEET_STANDIN_TOKEN_MS ms (20).
+- /metrics: the engine's own Prometheus names for load and latency (:mod:`standin.metrics`;
+  SGLang only with ``--enable-metrics``, 404 otherwise, as SGLang); requests beyond
+  ``--max-running-requests`` / ``--max-num-seqs`` (256) wait for a running slot.
 - PD (SGLang): the prefill serves the bootstrap port; a decode request carries the
   ``bootstrap_host/port/room`` the router injects, asks the prefill's bootstrap server for the
   prefill's KV endpoint (its advertised host IP) and connects to it for that room.  vLLM
@@ -66,6 +69,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
+
+from .metrics import Request, Stats
 
 WORDS = ("the", "fleet", "serves", "tokens", "from", "a", "stand", "in", "engine", "today")
 
@@ -135,6 +140,8 @@ class Settings:
     extra_ports: tuple[tuple[str, int, str], ...] = ()  # mooncake: (name, port, kind)
     store: str = ""  # HiCache storage backend (only with the hierarchical cache enabled)
     store_extra: dict[str, Any] = field(default_factory=dict)  # its extra config
+    metrics: bool = True  # /metrics served (SGLang: --enable-metrics)
+    max_running: int = 256  # SGLang --max-running-requests, vLLM --max-num-seqs
     args: dict[str, Any] = field(default_factory=dict)  # what /server_info reports
 
     @property
@@ -179,6 +186,8 @@ def parse_sglang(args: list[str]) -> Settings:
     p.add_argument("--hicache-storage-backend-extra-config", default=None)
     p.add_argument("--disaggregation-decode-enable-radix-cache", dest="decode_radix", action="store_true")
     p.add_argument("--disaggregation-decode-enable-offload-kvcache", dest="decode_offload", action="store_true")
+    p.add_argument("--enable-metrics", action="store_true")
+    p.add_argument("--max-running-requests", type=int, default=256)
     ns, _ = p.parse_known_args(args)
     if ns.nnodes > 1 and not ns.dist:
         raise Fatal("--dist-init-addr is required when --nnodes > 1", 1)
@@ -193,6 +202,7 @@ def parse_sglang(args: list[str]) -> Settings:
         node_rank=ns.node_rank, dist_addr=_addr(ns.dist) if ns.dist else None,
         pd_mode=ns.disaggregation_mode, bootstrap_port=ns.disaggregation_bootstrap_port,
         store=store, store_extra=_extra_config(ns.hicache_storage_backend_extra_config) if store else {},
+        metrics=ns.enable_metrics, max_running=ns.max_running_requests,
         args={
             "model_path": ns.model, "served_model_name": served, "host": ns.host,
             "port": ns.port, "tp_size": ns.tp, "pp_size": ns.pp, "dp_size": ns.dp,
@@ -233,6 +243,7 @@ def parse_vllm(args: list[str]) -> Settings:
     p.add_argument("--master-port", type=int, default=29501)
     p.add_argument("--headless", action="store_true")
     p.add_argument("--kv-transfer-config", default=None)
+    p.add_argument("--max-num-seqs", type=int, default=256)
     ns, _ = p.parse_known_args(args)
     model = ns.model or ns.model_tag or ""
     kv: dict[str, Any] = json.loads(ns.kv_transfer_config) if ns.kv_transfer_config else {}
@@ -244,7 +255,7 @@ def parse_vllm(args: list[str]) -> Settings:
         serve_http=not ns.headless and ns.node_rank == 0, tp=ns.tp, pp=ns.pp,
         nnodes=ns.nnodes, node_rank=ns.node_rank,
         dist_addr=(ns.master_addr, ns.master_port) if ns.nnodes > 1 else None,
-        pd_mode=pd, kv_config=kv,
+        pd_mode=pd, kv_config=kv, max_running=ns.max_num_seqs,
         args={
             "model": model, "served_model_name": served, "host": ns.host, "port": ns.port,
             "tensor_parallel_size": ns.tp, "pipeline_parallel_size": ns.pp,
@@ -577,6 +588,8 @@ class Engine:
         self.rooms: dict[str, float] = {}  # prefill: bootstrap rooms seen, for the decode side
         self.rooms_cv = threading.Condition(self.lock)
         self.started = time.time()
+        kv_pool = int(env.get("FLEET_STANDIN_KV_TOKENS", "65536"))
+        self.stats = Stats(settings.engine, settings.served_name, max(1, settings.max_running), kv_pool)
 
     # -- bookkeeping
     def enter(self) -> bool:
@@ -729,8 +742,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             }]})  # fmt: skip
         elif path == "/version":
             self._json(200, {"version": e.env.get("FLEET_ENGINE_VERSION", "")})
-        elif path == "/metrics":
-            data = f"fleet_standin_requests_total {e.served}\n".encode()
+        elif path == "/metrics" and s.metrics:
+            data = e.stats.render()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.send_header("Content-Length", str(len(data)))
@@ -758,11 +771,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self._json(503, {"error": {"message": "server is not ready", "code": 503}})
             return
         try:
-            self._generate(kinds[path], body)
+            with self.engine.stats.admitted(_prompt_tokens(body)) as timing:
+                self._generate(kinds[path], body, timing)
         finally:
             self.engine.leave()
 
-    def _generate(self, kind: str, body: dict[str, Any]) -> None:
+    def _generate(self, kind: str, body: dict[str, Any], timing: Request) -> None:
         e, s = self.engine, self.engine.s
         rid = str(body.get("rid") or self.headers.get("X-Request-Id") or os.urandom(8).hex())
         origin: dict[str, Any] = {"host": LOG.host, "role": s.role}
@@ -816,6 +830,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     self._sse(_chunk(ident, created, model, {"role": "assistant", "content": ""}))
             for tok in _tokens(n):
                 time.sleep(e.token_s)
+                timing.token()
                 sent_text.append(tok)
                 if not stream:
                     continue

@@ -1,0 +1,98 @@
+"""``fleet top PLAYBOOK -i INV``: per unit state, health, generation and the load its own metrics
+report (requests running / waiting, generated tokens/s, KV-cache use), refreshed every
+``--interval`` seconds until Ctrl-C (exit 0); ``--once`` prints one reading (``--json`` for scripts).
+
+Metrics are read on each unit's host over SSH (``launcher/observe/fetch.py``): the control host
+need not reach the data network.  Tokens/s is the generation counter's change between two
+readings, so ``--once`` reads twice, ``--interval`` apart.  Exit codes: 0, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import click
+
+from launcher.cli import cli
+from launcher.cli.common import connector, load_inputs, ssh_options
+from launcher.cli.deploy import planned, target_of
+from launcher.deploy.orchestrate import Connect, Target
+from launcher.deploy.status import status
+from launcher.observe.names import Kind
+from launcher.observe.targets import Endpoint, endpoints
+from launcher.observe.top import Row, Sample, rows, sample
+from launcher.output import dumps, print_table, table
+
+COLUMNS = ("host", "unit", "role", "rank", "state", "health", "gen", "running", "waiting", "tok/s", "kv", "note")
+
+
+@cli.command("top")
+@click.argument("playbook")
+@ssh_options
+@click.option("--interval", type=click.FloatRange(0.2, 3600), default=2.0, show_default=True,
+              help="Seconds between readings.")  # fmt: skip
+@click.option("--once", is_flag=True, help="Print one reading and exit.")
+@click.option("--json", "as_json", is_flag=True, help="With --once: the rows as JSON.")
+def top_command(
+    playbook: str, inventory_path: str, forks: int, trust_new_hosts: bool, known_hosts: tuple[str, ...],
+    interval: float, once: bool, as_json: bool,
+) -> None:  # fmt: skip
+    """Live load of PLAYBOOK's units from their own metrics."""
+    inputs = load_inputs(playbook, inventory_path)
+    target = target_of(inputs, planned(inputs), None, {})
+    recipe = inputs.catalog.get(inputs.playbook.recipe)
+    engine: Kind = "sglang" if recipe.engine == "sglang" else "vllm"
+    versions: dict[str, str | None] = {engine: recipe.engine_version}
+    eps = endpoints(d.unit for d in target.units)
+    with connector(known_hosts, trust_new_hosts) as conn:
+        reader = _Reader(target, eps, versions, conn.connect, forks)
+        if once:
+            first = reader.read()
+            time.sleep(interval)
+            found = reader.rows(reader.read(), first)
+            if as_json:
+                click.echo(dumps([r.as_dict() for r in found]))
+            else:
+                print_table(table(COLUMNS, _cells(found), title=f"{target.deployment} ({target.recipe})"))
+            return
+        try:
+            _live(reader, interval, f"{target.deployment} ({target.recipe})")
+        except KeyboardInterrupt:
+            return  # Ctrl-C is how one leaves a live view: not an interrupted command
+
+
+class _Reader:
+    def __init__(self, target: Target, eps: Sequence[Endpoint], versions: dict[str, str | None],
+                 connect: Connect, forks: int) -> None:  # fmt: skip
+        self.target, self.eps, self.versions, self.connect, self.forks = target, eps, versions, connect, forks
+
+    def read(self) -> Sample:
+        return sample(self.target.hosts, self.eps, self.versions, self.connect, self.forks)
+
+    def rows(self, now: Sample, before: Sample | None) -> tuple[Row, ...]:
+        return rows(status(self.target, self.connect, self.forks), self.eps, now, before)
+
+
+def _live(reader: _Reader, interval: float, title: str) -> None:
+    from rich.live import Live
+
+    before = None
+    with Live(table(COLUMNS, (), title=title), auto_refresh=False) as live:
+        while True:
+            now = reader.read()
+            live.update(table(COLUMNS, _cells(reader.rows(now, before)), title=title), refresh=True)
+            before = now
+            time.sleep(interval)
+
+
+def _num(value: float | None, fmt: str = "{:.0f}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def _cells(found: Sequence[Row]) -> list[tuple[str, ...]]:
+    return [
+        (r.host, r.unit, r.role, str(r.rank), r.state, r.health, _num(r.generation), _num(r.running), _num(r.waiting),
+         _num(r.tokens_per_s, "{:.1f}"), _num(None if r.kv_usage is None else r.kv_usage * 100, "{:.1f}%"), r.error)
+        for r in found
+    ]  # fmt: skip

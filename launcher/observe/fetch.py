@@ -1,0 +1,90 @@
+"""Reading the units' ``/metrics`` from their own hosts over SSH: one command per host per read.
+
+Why over SSH and not from the control host: fleet already reaches every host over SSH (it
+deploys that way), while the data network the engines listen on is often not routed to the
+control host on a real cluster (an RDMA fabric, a private VLAN).  On its host a unit's endpoint
+is always reachable, as the health checks that run there show.
+
+Contract: :func:`fetch_argv` is pure: an ``sh -c`` script taking the URLs as positional
+parameters (no value is spliced into shell text) that GETs each with curl, wget or python3
+(whichever the host has, like the health probes) within ``timeout_s`` and prints, per URL, a
+header line, the body and a status line.  :func:`parse` reads that back into body or error per
+URL.  :func:`fetch` runs it on every host at once through the deploy layer's session.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from launcher.deploy.orchestrate import Connect, Session
+from launcher.deploy.remote import sh
+from launcher.errors import FleetError
+from launcher.execute.transport import Transport
+from launcher.model import Host
+from launcher.observe.targets import Endpoint
+
+_HEAD, _TAIL = "@@fleet-metrics ", "@@fleet-metrics-status "
+_SCRIPT = (
+    't="$1"; shift; for u in "$@"; do printf \'%s%s\\n\' "' + _HEAD + '" "$u"; '
+    'if command -v curl >/dev/null 2>&1; then curl -fsS -m "$t" "$u" 2>&1; '
+    'elif command -v wget >/dev/null 2>&1; then wget -q -O - -T "$t" "$u" 2>&1; '
+    "elif command -v python3 >/dev/null 2>&1; then python3 -c "
+    '"import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=float(sys.argv[2])).read().decode())" "$u" "$t" 2>&1; '
+    'else echo "none of curl, wget, python3 on this host"; false; fi; '
+    'printf \'\\n%s%s\\n\' "' + _TAIL + '" "$?"; done'
+)
+TIMEOUT_S = 3
+
+
+def fetch_argv(urls: Sequence[str], timeout_s: int = TIMEOUT_S) -> tuple[str, ...]:
+    return sh(_SCRIPT, str(timeout_s), *urls)
+
+
+def parse(out: str) -> dict[str, str | FleetError]:
+    """URL -> metrics text, or the error that GET ended with (its last line)."""
+    found: dict[str, str | FleetError] = {}
+    url: str | None = None
+    body: list[str] = []
+    for line in out.splitlines():
+        if line.startswith(_HEAD):
+            url, body = line[len(_HEAD) :], []
+        elif line.startswith(_TAIL) and url is not None:
+            text = "\n".join(body).strip("\n")
+            if line[len(_TAIL) :] == "0":
+                found[url] = text + "\n"
+            else:
+                lines = text.splitlines()
+                found[url] = FleetError(lines[-1] if lines else f"GET {url} failed")
+            url = None
+        elif url is not None:
+            body.append(line)
+    return found
+
+
+def fetch(
+    hosts: Sequence[Host], eps: Sequence[Endpoint], connect: Connect, forks: int
+) -> dict[tuple[str, str], str | FleetError]:
+    """(host, unit) -> metrics text or error; an unreachable host's units get its error."""
+    by_host: dict[str, list[Endpoint]] = {}
+    for ep in eps:
+        by_host.setdefault(ep.host, []).append(ep)
+    scope = [h for h in hosts if h.name in by_host]
+    out: dict[tuple[str, str], str | FleetError] = {}
+    with Session(scope, connect, forks) as session:
+        session.refuse_bad_keys()
+        reachable = [h for h in by_host if h in session.transports]
+        results = session.run(reachable, lambda h, t: _host(t, by_host[h]))
+    for h, mine in by_host.items():
+        res = results.get(h) if h in results else session.errors.get(h)
+        for ep in mine:
+            if isinstance(res, dict):
+                out[(h, ep.unit)] = res.get(ep.url) or FleetError(f"{h}: GET {ep.url}: no answer")
+            else:
+                out[(h, ep.unit)] = res if isinstance(res, FleetError) else FleetError(f"{h}: unreachable")
+    return out
+
+
+def _host(t: Transport, eps: Sequence[Endpoint]) -> Mapping[str, str | FleetError]:
+    urls = [ep.url for ep in eps]
+    result = t.run(fetch_argv(urls), timeout=TIMEOUT_S * len(urls) + 10)
+    return parse(result.stdout_text)

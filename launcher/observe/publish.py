@@ -1,0 +1,25 @@
+"""Keeping a deployment's scrape targets current: read which generation of each unit runs where
+(the manifests on the hosts, as ``fleet status`` does), label the plan's endpoints with it and
+write them into the ``file_sd`` file.
+
+Contract: :func:`publish` reads only (no lock, nothing written on a host) and replaces this
+deployment's groups in ``path`` atomically (:mod:`.sdfile`); units not deployed have no target.
+It returns the deployment's groups.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from launcher.deploy.orchestrate import Connect, Target
+from launcher.deploy.status import status
+from launcher.observe import sdfile
+from launcher.observe.targets import endpoints, target_groups
+
+
+def publish(path: Path, target: Target, connect: Connect, forks: int = 8) -> list[dict[str, Any]]:
+    generations = {(r.host, r.unit): r.generation for r in status(target, connect, forks)}
+    groups = target_groups(target.deployment, target.recipe, endpoints(d.unit for d in target.units), generations)
+    sdfile.update(path, {target.deployment}, groups)
+    return groups

@@ -1,0 +1,79 @@
+"""Scrape targets from a plan (pure): every unit's metrics endpoint and its labels, and the
+Prometheus ``file_sd`` target groups for them.
+
+Contract: :func:`endpoints` lists, in plan order, one :class:`Endpoint` per unit that serves
+metrics: an engine instance's rank 0 on its HTTP port (vLLM always, SGLang with
+``--enable-metrics``, which fleet renders), a router on its ``router_metrics`` port
+(sglang-router's and vllm-router's Prometheus listener) and the Mooncake master on its
+``mooncake_metrics`` port, each at the host's data IP (what the health checks and routers use).
+Non-zero ranks of an instance serve no HTTP and the gateway no metrics: they have none.
+:func:`target_groups` labels each deployed endpoint with deployment, recipe, role, rank, host,
+generation, group, unit and kind; an endpoint whose unit is not deployed (no generation) is left
+out, so a ``down`` empties the deployment's targets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+from urllib.parse import urlsplit
+
+from launcher.model import Unit
+from launcher.observe.names import Kind, kind_of
+
+METRICS_PATH = "/metrics"
+# The label names fleet puts on every target (dashboards and `fleet top` rely on these).
+LABELS: tuple[str, ...] = ("deployment", "recipe", "role", "rank", "host", "generation", "group", "unit", "kind")
+_PORT_OF: Mapping[Kind, str] = {
+    "sglang": "http", "vllm": "http", "sglang-router": "router_metrics", "vllm-router": "router_metrics",
+    "mooncake-master": "mooncake_metrics",
+}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Endpoint:
+    host: str  # inventory name
+    unit: str
+    role: str
+    rank: int
+    group: str
+    kind: Kind
+    address: str  # "<data ip>:<port>" (IPv6 in brackets)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}{METRICS_PATH}"
+
+
+def endpoints(units: Iterable[Unit]) -> tuple[Endpoint, ...]:
+    out = []
+    for u in units:
+        kind = kind_of(u.argv)
+        port = u.ports.get(_PORT_OF[kind]) if kind is not None else None
+        if kind is None or port is None or u.health is None:
+            continue  # only a unit that serves HTTP has a health check: rank 0 of an instance
+        ip = urlsplit(u.health.url).hostname
+        assert ip is not None, u.health.url  # the planner writes http://<data ip>:<port>/...
+        address = f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+        out.append(Endpoint(host=u.host, unit=u.name, role=u.role, rank=u.rank, group=u.group, kind=kind, address=address))
+    return tuple(out)
+
+
+def labels(ep: Endpoint, deployment: str, recipe: str, generation: int) -> dict[str, str]:
+    values = {
+        "deployment": deployment, "recipe": recipe, "role": ep.role, "rank": str(ep.rank), "host": ep.host,
+        "generation": str(generation), "group": ep.group, "unit": ep.unit, "kind": ep.kind,
+    }  # fmt: skip
+    return {k: values[k] for k in LABELS}
+
+
+def target_groups(
+    deployment: str, recipe: str, eps: Iterable[Endpoint], generations: Mapping[tuple[str, str], int | None]
+) -> list[dict[str, Any]]:
+    """``file_sd`` target groups, one per deployed endpoint; ``generations`` by (host, unit)."""
+    out: list[dict[str, Any]] = []
+    for ep in eps:
+        gen = generations.get((ep.host, ep.unit))
+        if gen is not None:
+            out.append({"targets": [ep.address], "labels": labels(ep, deployment, recipe, gen)})
+    return out

@@ -1,0 +1,95 @@
+"""``fleet top``'s rows: per unit, what ``status`` knows (state, health, generation) and what
+its own metrics say (requests running and waiting, tokens/s, KV-cache use).
+
+Contract: :func:`sample` reads every endpoint's metrics once (over SSH, :mod:`.fetch`) with the
+time it was read; :func:`rows` is pure: it joins status rows, endpoints and two samples (the
+rate of generated tokens is the counter's change between them).  A unit without metrics (a
+non-zero rank, the gateway) shows ``None`` for the load; a failed read shows the error.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Mapping, Sequence
+
+from launcher.deploy.orchestrate import Connect
+from launcher.deploy.status import UnitStatus
+from launcher.errors import FleetError
+from launcher.model import Host
+from launcher.observe.fetch import fetch
+from launcher.observe.load import Load, read, tokens_per_s
+from launcher.observe.names import names_for
+from launcher.observe.targets import Endpoint
+
+Key = tuple[str, str]  # (host, unit)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sample:
+    at: float  # time.monotonic() when read
+    loads: Mapping[Key, Load | str]  # a load, or why it could not be read
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Row:
+    host: str
+    unit: str
+    role: str
+    rank: int
+    group: str
+    state: str
+    health: str
+    generation: int | None
+    kind: str | None
+    running: float | None = None
+    waiting: float | None = None
+    tokens_per_s: float | None = None
+    kv_usage: float | None = None
+    requests: float | None = None
+    error: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def sample(
+    hosts: Sequence[Host], eps: Sequence[Endpoint], versions: Mapping[str, str | None], connect: Connect, forks: int
+) -> Sample:
+    """``versions``: the program version per endpoint kind, for :func:`names_for`."""
+    texts = fetch(hosts, eps, connect, forks)
+    at = time.monotonic()
+    loads: dict[Key, Load | str] = {}
+    for ep in eps:
+        got = texts[(ep.host, ep.unit)]
+        if isinstance(got, FleetError):
+            loads[(ep.host, ep.unit)] = str(got)
+            continue
+        try:
+            loads[(ep.host, ep.unit)] = read(names_for(ep.kind, versions.get(ep.kind)), got)
+        except ValueError as err:
+            loads[(ep.host, ep.unit)] = f"{ep.url}: not Prometheus text: {err}"
+    return Sample(at=at, loads=loads)
+
+
+def rows(statuses: Sequence[UnitStatus], eps: Sequence[Endpoint], now: Sample, before: Sample | None) -> tuple[Row, ...]:
+    kinds = {(ep.host, ep.unit): ep.kind for ep in eps}
+    out = []
+    for st in statuses:
+        key = (st.host, st.unit)
+        base = Row(
+            host=st.host, unit=st.unit, role=st.role, rank=st.rank, group=st.group, state=st.state,
+            health=st.health, generation=st.generation, kind=kinds.get(key),
+        )  # fmt: skip
+        load = now.loads.get(key)
+        if isinstance(load, str):
+            out.append(replace(base, error=load))
+        elif load is not None:
+            prev = before.loads.get(key) if before is not None else None
+            rate = tokens_per_s(prev, load, now.at - before.at) if isinstance(prev, Load) and before else None
+            out.append(replace(base, running=load.running, waiting=load.waiting, tokens_per_s=rate,
+                             kv_usage=load.kv_usage, requests=load.requests))  # fmt: skip
+        else:
+            out.append(base)
+    return tuple(out)
+
