@@ -16,8 +16,8 @@ import click
 
 from launcher.cli import cli
 from launcher.cli.common import connector, ssh_options
-from launcher.cli.deploy import load_target
 from launcher.observe.publish import publish
+from launcher.pipeline import load_target
 
 
 @cli.group("metrics")

@@ -15,14 +15,14 @@ from typing import Sequence
 import click
 
 from launcher.cli import cli
-from launcher.cli.common import connector, load_inputs, ssh_options
-from launcher.cli.deploy import planned, target_of
+from launcher.cli.common import connector, ssh_options
 from launcher.deploy.orchestrate import Connect, Target
 from launcher.deploy.status import status
 from launcher.observe.names import Kind
 from launcher.observe.targets import Endpoint, endpoints
 from launcher.observe.top import Row, Sample, rows, sample
 from launcher.output import dumps, print_table, table
+from launcher.pipeline import load_deployment, target_of
 
 COLUMNS = ("host", "unit", "role", "rank", "state", "health", "gen", "running", "waiting", "tok/s", "kv", "note")
 
@@ -39,12 +39,12 @@ def top_command(
     interval: float, once: bool, as_json: bool,
 ) -> None:  # fmt: skip
     """Live load of PLAYBOOK's units from their own metrics."""
-    inputs = load_inputs(playbook, inventory_path)
-    target = target_of(inputs, planned(inputs), None, {})
-    recipe = inputs.catalog.get(inputs.playbook.recipe)
+    dep = load_deployment(playbook, inventory_path)
+    target = target_of(dep)
+    recipe = dep.inputs.catalog.get(dep.plan.recipe)
     engine: Kind = "sglang" if recipe.engine == "sglang" else "vllm"
     versions: dict[str, str | None] = {engine: recipe.engine_version}
-    eps = endpoints(d.unit for d in target.units)
+    eps = endpoints(dep.plan.units)
     with connector(known_hosts, trust_new_hosts) as conn:
         reader = _Reader(target, eps, versions, conn.connect, forks)
         if once:
