@@ -26,7 +26,7 @@ import string
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Callable
 
 from launcher.config.schema import decode, did_you_mean, field_hints, join
 from launcher.config.yamlpos import Map, Node, Scalar, Seq, describe, from_plain, parse_yaml, plain, read_text, show
@@ -81,14 +81,7 @@ class _Data:
         return self.groups[name]
 
     def ancestors(self, name: str) -> set[str]:
-        seen: set[str] = set()
-        todo = list(self.groups[name].parents)
-        while todo:
-            g = todo.pop()
-            if g not in seen:
-                seen.add(g)
-                todo.extend(self.groups[g].parents)
-        return seen
+        return self._reachable(name, lambda g: g.parents)
 
     def add_child(self, parent: str, child: str, source: Source | None) -> None:
         if parent == child or parent in self.descendants(child):
@@ -100,13 +93,17 @@ class _Data:
             c.parents.append(parent)
 
     def descendants(self, name: str) -> set[str]:
+        return self._reachable(name, lambda g: g.children)
+
+    def _reachable(self, name: str, links: Callable[[_Group], list[str]]) -> set[str]:
+        """Every group reached from ``name`` by following ``links`` (``name`` only through a loop)."""
         seen: set[str] = set()
-        todo = list(self.groups[name].children)
+        todo = list(links(self.groups[name]))
         while todo:
             g = todo.pop()
             if g not in seen:
                 seen.add(g)
-                todo.extend(self.groups[g].children)
+                todo.extend(links(self.groups[g]))
         return seen
 
     def add_host(self, name: str, group: str, port: int | None, source: Source, key_path: str) -> _Host:
