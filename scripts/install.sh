@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything fleet and its sandbox fleet need on a Debian machine, from a clean checkout:
-# OS packages (sshd, iproute2, nftables, docker.io, systemd-analyze, shellcheck), then fleet itself with its
+# OS packages (sshd, iproute2, nftables, docker.io, systemd-analyze, shellcheck, mmdebstrap), then fleet itself with its
 # test extras.  Idempotent; run as root.  Used by the README's first command and by .ci/run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,8 +8,9 @@ cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
 # python3-setuptools + python3-wheel: tests/unit/test_packaging.py builds the wheel offline with the OS python3.
 # prometheus: tests/observe starts a real Prometheus on loopback to scrape the targets fleet writes.
+# mmdebstrap: builds the root filesystem of the sandbox's systemd hosts (launcher/sandbox/systemd_host.py).
 apt_pkgs=(openssh-server openssh-client iproute2 nftables iptables busybox-static docker.io systemd curl libibverbs1 shellcheck rsync
-          python3-pip python3-setuptools python3-wheel prometheus)
+          python3-pip python3-setuptools python3-wheel prometheus mmdebstrap)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

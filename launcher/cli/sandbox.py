@@ -25,13 +25,15 @@ def sandbox() -> None:
 @click.option("--mode", type=click.Choice(["auto", "netns", "loopback"]), default="auto",
               show_default=True, help="loopback: sshd on 127.0.0.1:22001.. when netns is refused.")
 @click.option("--no-docker", is_flag=True, help="Hosts without dockerd (faster).")
+@click.option("--systemd-hosts", type=int, default=0, show_default=True,
+              help="Also hosts s1.. with systemd as PID 1 in a container (runtime: systemd).")
 def up(n: int, name: str, inventory: Path | None, tags: tuple[str, ...], mode: str,
-       no_docker: bool) -> None:  # fmt: skip
+       no_docker: bool, systemd_hosts: int) -> None:  # fmt: skip
     """Bring up N sandbox hosts (cleans a previous sandbox of the same name first)."""
     from launcher.sandbox import fleet
 
     st = fleet.up(name, n, inventory_path=inventory, tags=tags, mode=mode,  # type: ignore[arg-type]
-                  docker=not no_docker)  # fmt: skip
+                  docker=not no_docker, systemd_hosts=systemd_hosts)  # fmt: skip
     click.echo(f"sandbox {st.name}: {len(st.hosts)} hosts up ({st.mode})")
     click.echo(f"inventory:   {st.inventory}")
     click.echo(f"client key:  {st.client_key}")

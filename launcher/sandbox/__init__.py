@@ -18,8 +18,12 @@ host itself).
 ``--network host`` containers on hK live in hK's network.  When ``ip netns add`` is refused the
 hosts fall back to sshd on 127.0.0.1:22001.. (``loopback`` mode; no network faults there).
 
+``--systemd-hosts K`` adds hosts s1..sK of kind systemd (``systemd_host``): systemd as PID 1 of a
+container with its own root filesystem and sshd, in its own namespace on the same bridge, with
+``runtime: systemd`` in the inventory.
+
 Modules: state (on-disk state), procs (PID+start-time refs, namespace scans), netns, sshd,
 hostinit (runs inside a host), dockerd, image (stand-in image + data-root template), fakehw,
-inventory, fleet (up/down/status), faults, router (real sglang-router venv), client (SSH handle),
+inventory, fleet (up/down/status), systemd_host (hosts of kind systemd), faults, router (real sglang-router venv), client (SSH handle),
 standin/ (the engine stand-in shipped into the image).
 """

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, TypeVar
 
 from launcher.errors import FleetError, UsageError
-from launcher.sandbox import dockerd, fakehw, image, inventory, netns, procs, sshd, state
+from launcher.sandbox import dockerd, fakehw, image, inventory, netns, procs, sshd, state, systemd_host
 from launcher.sandbox.state import HostState, SandboxState
 
 T = TypeVar("T")
@@ -53,12 +53,14 @@ def up(
     tags: tuple[str, ...] = (),
     mode: ModeWanted = "auto",
     docker: bool = True,
+    systemd_hosts: int = 0,
 ) -> SandboxState:
-    """Brings up ``n`` hosts; cleans a previous sandbox of the same name first."""
+    """Brings up ``n`` hosts h1.. (and ``systemd_hosts`` hosts s1.. of kind systemd, see
+    :mod:`launcher.sandbox.systemd_host`); cleans a previous sandbox of the same name first."""
     require_root()
     state.check_name(name)
-    if n < 1:
-        raise UsageError(f"sandbox needs at least one host, got {n}")
+    if n < 0 or systemd_hosts < 0 or n + systemd_hosts < 1:
+        raise UsageError(f"sandbox needs at least one host, got {n} (+{systemd_hosts} systemd)")
     if state.load(name) is not None or netns.namespaces(name):
         down(name)
     base = state.state_root() / name
@@ -74,6 +76,8 @@ def up(
             st = _start_sshds(st)
             if template is not None:
                 st = _start_dockerds(st, template)
+            if systemd_hosts:
+                st = systemd_host.start(st, systemd_hosts)
             Path(st.known_hosts).write_text("".join(sshd.known_hosts_line(h) + "\n" for h in st.hosts))
             st = replace(st, inventory=str(inventory_path or base / "inventory.yaml"))
             inventory.write(st, Path(st.inventory))
@@ -200,6 +204,10 @@ def down(name: str = "default") -> bool:
     mnt = {h.mnt_ns for h in hosts if h.mnt_ns is not None}
     net = {h.net_ns for h in hosts if h.net_ns is not None}
     net |= {i for i in (netns.ns_inode(ns) for ns in leftovers) if i is not None}
+    # Never this process's own namespaces (the machine's): a host namespace recorded too early
+    # (before its process left them) would otherwise make teardown kill every process here.
+    mnt.discard(procs.ns_inode(os.getpid(), "mnt"))
+    net.discard(procs.ns_inode(os.getpid(), "net"))
     members = set(procs.pids_in_namespaces("mnt", frozenset(mnt)))
     members |= set(procs.pids_in_namespaces("net", frozenset(net)))
     refs = [h.sshd for h in hosts if h.sshd is not None]

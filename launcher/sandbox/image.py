@@ -158,7 +158,7 @@ def _build(cache: Path, digest: str, path: Path) -> None:
         tar = cache / f"standin-{digest}.tar"
         if not tar.exists():
             _build_tar(cache, tar)
-        _build_template(tar, path)
+        build_template(tar, path)
     except subprocess.CalledProcessError as err:
         cmd = err.cmd if isinstance(err.cmd, str) else " ".join(map(str, err.cmd))
         raise FleetError(f"sandbox image: `{cmd[:120]}` exited {err.returncode}") from err
@@ -326,8 +326,9 @@ def _build_tar(cache: Path, tar: Path) -> None:
         part.replace(tar)
 
 
-def _build_template(tar: Path, template: Path) -> None:
-    """Imports the tar into a throw-away dockerd (private mount ns, own /run); keeps its root."""
+def build_template(tar: Path, template: Path, *, image: str = IMAGE, changes: tuple[str, ...] = _CHANGES) -> None:
+    """Imports the rootfs ``tar`` as ``image`` into a throw-away dockerd (private mount ns, own
+    /run) and keeps that daemon's data-root as ``template``."""
     work = template.with_name(template.name + ".build")
     shutil.rmtree(work, ignore_errors=True)
     (work / "run").mkdir(parents=True)
@@ -354,9 +355,9 @@ def _build_template(tar: Path, template: Path) -> None:
             if time.monotonic() > deadline:
                 raise FleetError(f"sandbox image: template dockerd not ready, see {work}/dockerd.log")
             time.sleep(0.05)
-        changes = tuple(x for c in _CHANGES for x in ("-c", c))
+        flags = tuple(x for c in changes for x in ("-c", c))
         imp = subprocess.run(
-            ("docker", "-H", f"unix://{sock}", "import", *changes, str(tar), IMAGE),
+            ("docker", "-H", f"unix://{sock}", "import", *flags, str(tar), image),
             capture_output=True, text=True,
         )  # fmt: skip
         if imp.returncode != 0:

@@ -2,7 +2,9 @@
 
 Groups: ``sandbox`` (every host, with its vars), ``nvidia`` / ``ascend`` by vendor, and one group
 per GPU SKU so playbooks can target hardware the way production inventories do: ``h100``
-(h1..h8 except h5), ``rtx6000d`` (h9 and above), ``ascend910b3`` (h5).
+(h1..h8 except h5), ``rtx6000d`` (h9 and above), ``ascend910b3`` (h5).  Hosts of kind systemd
+(s1..: ``runtime: systemd``) are in ``systemd`` instead of a SKU group, so no playbook that
+targets a SKU lands on them by accident.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from launcher.sandbox import systemd_host
 from launcher.sandbox.fakehw import ifname_for, profile
 
 SKU_GROUPS = {"H100": "h100", "RTX-6000D": "rtx6000d", "Ascend-910B3": "ascend910b3"}
@@ -23,15 +26,17 @@ def render(state: SandboxState) -> str:
     nvidia: dict[str, Any] = {}
     ascend: dict[str, Any] = {}
     by_sku: dict[str, dict[str, Any]] = {group: {} for group in SKU_GROUPS.values()}
+    systemd: dict[str, Any] = {}
     for h in state.hosts:
-        p = profile(h.index, h.data_ip)
+        p = systemd_host.profile(h) if h.kind == "systemd" else profile(h.index, h.data_ip)
         entry: dict[str, Any] = {"ansible_host": h.address}
         if h.port != 22:
             entry["ansible_port"] = h.port
         entry.update(p.inventory_vars())
+        entry["runtime"] = h.kind
         hosts[h.name] = entry
         (ascend if p.gpu_model.startswith("Ascend") else nvidia)[h.name] = {}
-        by_sku[SKU_GROUPS[p.gpu_model]][h.name] = {}
+        (systemd if h.kind == "systemd" else by_sku[SKU_GROUPS[p.gpu_model]])[h.name] = {}
     doc = {
         "all": {
             "vars": {
@@ -49,6 +54,7 @@ def render(state: SandboxState) -> str:
                 "nvidia": {"hosts": nvidia},
                 "ascend": {"hosts": ascend},
                 **{group: {"hosts": members} for group, members in by_sku.items()},
+                **({"systemd": {"hosts": systemd}} if systemd else {}),
             },
         }
     }
@@ -61,9 +67,10 @@ def write(state: SandboxState, path: Path) -> None:
     path.write_text(render(state))
 
 
-def preview(n: int, name: str = "preview") -> str:
-    """The inventory ``fleet sandbox up -n N`` would write in netns slot 0 (hosts at
-    198.18.0.11..), for planning sandbox playbooks without a sandbox (golden tests)."""
+def preview(n: int, name: str = "preview", systemd_hosts: int = 0) -> str:
+    """The inventory ``fleet sandbox up -n N --systemd-hosts K`` would write in netns slot 0
+    (hosts at 198.18.0.11.., s1.. at .211..), for planning sandbox playbooks without a sandbox
+    (golden tests)."""
     from launcher.sandbox.netns import Slot
     from launcher.sandbox.state import HostState
 
@@ -74,4 +81,10 @@ def preview(n: int, name: str = "preview") -> str:
                   port=22, ifname=ifname_for(i), data_ip=slot.host_address(i))  # fmt: skip
         for i in range(1, n + 1)
     )
-    return render(SandboxState(name=name, mode="netns", dir=base, slot=0, hosts=hosts))
+    systemd = tuple(
+        HostState(name=f"s{k}", index=systemd_host.INDEX_BASE + k, dir=f"{base}/s{k}", kind="systemd",
+                  netns=None, address=slot.host_address(systemd_host.INDEX_BASE + k), port=22,
+                  ifname=systemd_host.IFNAME, data_ip=slot.host_address(systemd_host.INDEX_BASE + k))  # fmt: skip
+        for k in range(1, systemd_hosts + 1)
+    )
+    return render(SandboxState(name=name, mode="netns", dir=base, slot=0, hosts=hosts + systemd))

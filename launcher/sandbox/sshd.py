@@ -91,14 +91,19 @@ def wait_ready(host: HostState, deadline: float) -> None:
         if not host.sshd.alive():
             raise FleetError(f"{host.name}: sshd exited: {_log_tail(host)}")
         try:
-            with socket.create_connection((host.address, host.port), timeout=1.0) as s:
-                if s.recv(8).startswith(b"SSH-"):
-                    return
+            if banner(host.address, host.port):
+                return
         except OSError:
             pass
         if time.monotonic() > deadline:
             raise FleetError(f"{host.name}: sshd not answering on {host.address}:{host.port}")
         time.sleep(0.03)
+
+
+def banner(address: str, port: int) -> bool:
+    """Whether an SSH server answers with its banner at ``address:port`` (OSError if none)."""
+    with socket.create_connection((address, port), timeout=1.0) as s:
+        return s.recv(8).startswith(b"SSH-")
 
 
 def known_hosts_line(host: HostState) -> str:

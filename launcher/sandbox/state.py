@@ -19,6 +19,7 @@ from launcher.errors import UsageError
 from launcher.sandbox.procs import ProcRef
 
 Mode = Literal["netns", "loopback"]
+HostKind = Literal["docker", "systemd"]  # systemd: systemd_host.py (systemd as PID 1 in a container)
 _NAME = re.compile(r"^[a-z][a-z0-9]{0,11}$")
 
 
@@ -47,6 +48,7 @@ class HostState:
     port: int
     ifname: str  # the host's data NIC
     data_ip: str
+    kind: HostKind = "docker"
     sshd: ProcRef | None = None
     dockerd: ProcRef | None = None
     mnt_ns: int | None = None  # inode of the host's private mount namespace

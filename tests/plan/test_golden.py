@@ -37,7 +37,8 @@ def compare(name: str, text: str) -> None:
 
 
 def sandbox_inventory() -> Inventory:
-    """The inventory a 15-host ``fleet sandbox up`` writes (slot 0), loaded like any other."""
+    """The inventory a 15-host ``fleet sandbox up --systemd-hosts 2`` writes (slot 0), loaded like
+    any other."""
     import tempfile
 
     from launcher.config.inventory import load_inventory
@@ -45,7 +46,7 @@ def sandbox_inventory() -> Inventory:
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "sandbox.yaml"
-        path.write_text(preview(SANDBOX_HOSTS))
+        path.write_text(preview(SANDBOX_HOSTS, systemd_hosts=2))
         return load_inventory(path)
 
 
