@@ -381,6 +381,10 @@ class Playbook:
     ports: Mapping[str, int] = field(default_factory=dict)  # http, router, gateway, dist_init ...
     rollout: Rollout = Rollout()
     secrets: tuple[SecretRef, ...] = ()
+    # "staged": `fleet weights stage` put the models on the hosts; engines read the local copy
+    # ({models_dir}/<repo id> for repo ids) with HF_HUB_OFFLINE=1, so a missing file fails fast
+    # instead of starting a download on every rank.  "download": engines fetch from the hub.
+    weights: Literal["download", "staged"] = "download"
     source: Source = UNKNOWN_SOURCE
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import posixpath
 import re
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
@@ -490,6 +491,31 @@ def _check_auto_gids(inventory: Inventory, recipe: Recipe, instances: Sequence[_
         )
 
 
+_REPO_ID = re.compile(r"[\w.-]+/[\w.-]+")
+
+
+def _staged(sh: _Shared, host: Host) -> tuple[Recipe, str | None, dict[str, str]]:
+    """The recipe as one host's engine sees it, its served name and extra env.  With
+    ``weights: staged`` its repo ids become the local copies `fleet weights stage` makes
+    ({models_dir}/<repo id>, through the unit's mount of the models dir), the served name stays
+    the repo id, and the hub is off (HF_HUB_OFFLINE=1)."""
+    recipe = sh.recipe
+    if sh.playbook.weights != "staged":
+        return recipe, sh.served_model_name, {}
+    root = host.spec.models_dir
+    if (sh.playbook.runtime or host.spec.runtime) != "systemd":
+        root = next(m.container for m in _mounts(recipe, host) if m.host == host.spec.models_dir)
+
+    def local(value: str) -> str:
+        return posixpath.join(root, value) if _REPO_ID.fullmatch(value) else value
+
+    spec = recipe.speculative
+    if spec is not None and spec.draft_model:
+        spec = dataclasses.replace(spec, draft_model=local(spec.draft_model))
+    staged = dataclasses.replace(recipe, model=local(recipe.model), speculative=spec)
+    return staged, sh.served_model_name or recipe.model, {"HF_HUB_OFFLINE": "1"}
+
+
 def _engine_units(sh: _Shared, inst: _Instance, executor: Executor = "mp") -> list[Unit]:
     recipe, ov = sh.recipe, sh.playbook.overrides
     leader = inst.ranks[0].host
@@ -500,12 +526,13 @@ def _engine_units(sh: _Shared, inst: _Instance, executor: Executor = "mp") -> li
     finals: list[tuple[str, ...]] = []
     for r, rank in enumerate(inst.ranks):
         host = rank.host
+        recipe, served, offline = _staged(sh, host)
         ctx = InstanceContext(
             deployment=sh.deployment, role=inst.role, index=inst.index, rank=r, nnodes=len(inst.ranks),
             host=host, data_ip=network.data_ip(host), leader_ip=network.data_ip(leader), gpus=rank.gpus,
             parallelism=inst.parallelism,
             ports={**ports, NIXL_SIDE_CHANNEL: sh.ports[NIXL_SIDE_CHANNEL] + NIXL_STEP * rank.slot},
-            served_model_name=sh.served_model_name, transfer_backend=pd,
+            served_model_name=served, transfer_backend=pd,
             mooncake_master=sh.mooncake_master, executor=executor,
         )
         written = _engine_argv(recipe, ctx)
@@ -513,7 +540,7 @@ def _engine_units(sh: _Shared, inst: _Instance, executor: Executor = "mp") -> li
         if executor == "mp" and recipe.engine != "sglang" and len(inst.ranks) > 1 and vllm.wants_ray(final):
             return _ray_units(sh, inst)
         engine_env = sglang.env(ctx) if recipe.engine == "sglang" else vllm.env(ctx)
-        written_env = {**recipe.env, **_network_env(sh, inst, host, ctx), **engine_env}
+        written_env = {**recipe.env, **_network_env(sh, inst, host, ctx), **engine_env, **offline}
         final_env = {**written_env, **ov.env}
         par = _parallelism(recipe, final, inst.parallelism)
         if par.gpus != inst.parallelism.gpus:

@@ -43,6 +43,7 @@ from launcher import hostscripts, network
 from launcher.engines import flags
 from launcher.engines.context import BOOTSTRAP, DIST_INIT, MASTER_PORT, NIXL_SIDE_CHANNEL, RAY
 from launcher.model import Host, Inventory, Plan, Playbook, Recipe, Unit
+from launcher.weights import manifest as weights_manifest
 from launcher.preflight.facts import HostFacts, sections_script, split_sections
 
 Status = Literal["pass", "warn", "fail"]
@@ -62,6 +63,7 @@ DOCKER_RUN_TIMEOUT_S = 60
 NETWORK_ENV_PREFIXES = ("NCCL_", "GLOO_", "UCX_", "MC_", "MOONCAKE_", "HCCL_", "TP_SOCKET", "SGLANG_HOST_IP")
 GID_ENV = ("NCCL_IB_GID_INDEX", "MC_GID_INDEX", "UCX_IB_GID_INDEX")
 OFFLINE_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+STAGE_FIX = "fleet weights stage PLAYBOOK -i INVENTORY --source DIR|HOST:PATH"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,6 +92,8 @@ class PathProbe:
     bytes: int | None = None  # None: unknown (du timed out)
     files: int | None = None
     manifest: str | None = None  # None: no fleet.sha256; "ok"; else what is wrong with it
+    staged: str | None = None  # None: no fleet-weights.json; "ok"; else which files differ from it
+    revision: str | None = None  # the fleet-weights.json revision
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -367,6 +371,9 @@ def host_probe_script(paths: Sequence[str], images: Sequence[Unit] = (), level: 
             verify = (f"cd {q} && n=0; while read -r s f; do f=${{f#\\*}}; n=$((n+1)); "
                       f"[ -f \"$f\" ] || echo \"$f: missing\"; done < {MANIFEST}; echo \"listed $n\"")
         parts.append((f"manifest:{i}", f"if [ -f {m} ]; then ( {verify} ); else echo none; fi"))
+        w = shlex.quote(posixpath.join(p, weights_manifest.MANIFEST_NAME))
+        parts.append((f"weights:{i}", f"if [ -f {w} ]; then cat {w}; echo {_FILES_MARK}; "
+                                      f"find {q} -type f -printf '%s %Ts %P\\n'; fi"))
     for u in images:
         name = PROBE_CONTAINER_PREFIX + u.name
         assert u.container is not None
@@ -428,6 +435,31 @@ def _image_verdict(rc: int, text: str) -> ImageProbe:
     return ImageProbe(status="error", detail=err)
 
 
+_FILES_MARK = "--fleet-weights-files--"
+
+
+def _staged_verdict(text: str) -> tuple[str | None, str | None]:
+    """(verdict, revision) of a ``weights:<i>`` section: the dir's fleet-weights.json and its
+    files (size, mtime), compared the way ``fleet weights verify`` does without --full."""
+    if not text.strip():
+        return None, None
+    doc, _, listing = text.partition(_FILES_MARK)
+    try:
+        manifest = weights_manifest.from_json(json.loads(doc))
+    except ValueError as err:
+        return f"{weights_manifest.MANIFEST_NAME}: {err}", None
+    files: dict[str, tuple[int, int]] = {}
+    for line in listing.splitlines():
+        cells = line.split(" ", 2)
+        if len(cells) == 3 and cells[0].isdigit() and cells[1].isdigit() and cells[2].split("/")[0] not in weights_manifest.SKIP:
+            files[cells[2]] = (int(cells[0]), int(cells[1]))
+    bad = weights_manifest.compare(manifest, weights_manifest.Listing(exists=True, files=files, manifest=manifest))
+    if not bad:
+        return "ok", manifest.revision
+    shown = ", ".join(m.line() for m in bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+    return f"{len(bad)} file(s) differ from {weights_manifest.MANIFEST_NAME}: {shown}", manifest.revision
+
+
 def parse_host_probe(text: str, paths: Sequence[str], level: Level = "cheap") -> HostProbe:
     s = split_sections(text)
     ports: set[int] = set()
@@ -445,11 +477,14 @@ def parse_host_probe(text: str, paths: Sequence[str], level: Level = "cheap") ->
             continue
         exists = cells[0] == "1"
         m_rc, m_text = s.get(f"manifest:{i}", (0, "none"))
+        staged, revision = _staged_verdict(s.get(f"weights:{i}", (0, ""))[1]) if exists else (None, None)
         found[p] = PathProbe(
             exists=exists,
             bytes=int(cells[1]) if cells[1].isdigit() else None,
             files=int(cells[2]) if cells[2].isdigit() else None,
             manifest=_manifest_verdict(m_rc, m_text, level) if exists else None,
+            staged=staged,
+            revision=revision,
         )
     images = {name.split(":", 1)[1]: _image_verdict(rc, body) for name, (rc, body) in s.items() if name.startswith("image:")}
     return HostProbe(listening=frozenset(ports), running=running, paths=found, images=images)
@@ -845,7 +880,12 @@ def _present(u: Unit, name: str, what: str, path: str, p: PathProbe) -> Check:
     if p.files == 0:
         return Check(host=u.host, unit=u.name, name=name, status="fail", message=f"{what} at {path} are empty",
                      fix="stage the weights at the same path on every rank")
+    if p.staged not in (None, "ok"):
+        return Check(host=u.host, unit=u.name, name=name, status="fail", message=f"{path}: {p.staged}",
+                     fix=STAGE_FIX + " (moves only the differing files)")
     checked = f"; {MANIFEST} ok" if p.manifest == "ok" else ""
+    if p.staged == "ok":
+        checked += f"; staged revision {p.revision}"
     return Check(host=u.host, unit=u.name, name=name, status="pass", message=f"{path} ({size}{checked})")
 
 
@@ -906,6 +946,7 @@ def _probe_checks(plan: Plan, inventory: Inventory, recipe: Recipe, probes: Prob
         out.append(Check(host=name, unit="", name="probe", status="fail", message=f"host probe failed: {err}",
                          fix="see the error; the probe needs sh, ss, du, find and docker"))
     sizes: dict[str, dict[str, int | None]] = {}
+    revisions: dict[str, dict[str, str]] = {}  # "weights"/"draft weights" -> host -> staged revision
     for u in plan.units:
         host = inventory.host(u.host)
         running = u.name in probes.running_units.get(u.host, frozenset())
@@ -921,10 +962,12 @@ def _probe_checks(plan: Plan, inventory: Inventory, recipe: Recipe, probes: Prob
         if host_paths is not None:
             checks = _weight_checks(u, host, recipe, host_paths)
             out.extend(checks)
-            for need in weight_needs(u, host, recipe)[:1]:
+            for i, need in enumerate(weight_needs(u, host, recipe)):
                 p = host_paths.get(need.local or need.hf_cache or "")
-                if p is not None and p.exists and data_plane(u):
+                if p is not None and p.exists and data_plane(u) and i == 0:
                     sizes.setdefault(u.group, {})[u.host] = p.bytes
+                if p is not None and p.revision is not None:
+                    revisions.setdefault(need.what, {})[u.host] = p.revision
         image = probes.images.get((u.host, u.name))
         if image is not None:
             out.append(_image_check(u, image))
@@ -938,6 +981,12 @@ def _probe_checks(plan: Plan, inventory: Inventory, recipe: Recipe, probes: Prob
             out.append(Check(host=sorted(per_host)[0], unit=g, name="weights-size", status="warn",
                              message=f"weights differ in size across ranks: {detail}",
                              fix="re-sync the weights; a truncated shard loads silently"))
+    for what, revs in sorted(revisions.items()):
+        if len(set(revs.values())) > 1:
+            detail = ", ".join(f"{h}={r}" for h, r in sorted(revs.items()))
+            out.append(Check(host=sorted(revs)[0], unit=plan.deployment, name="weights-revision", status="fail",
+                             message=f"staged {what} differ in revision across ranks: {detail}",
+                             fix=STAGE_FIX + ": every rank gets the source's copy"))
     for name, (off, unc) in sorted(probes.clock_offset_s.items()):
         ok = abs(off) - unc <= CLOCK_TOLERANCE_S
         out.append(_check(name, "", "clock", ok, f"clock offset {off:+.2f}s (±{unc:.2f}s)",

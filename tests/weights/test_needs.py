@@ -52,3 +52,23 @@ def test_a_path_no_mount_reaches_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"^h1/fleet-wt-eagle-single0-r0: weights '/opt/elsewhere/gpt' is neither a "
                        "path its mounts reach nor a repo id: nothing to stage$"):
         _needs(tmp_path, text)
+
+
+def test_staged_weights_point_the_engine_at_the_local_copy_offline(tmp_path: Path) -> None:
+    inv_path = tmp_path / "inv.yaml"
+    inv_path.write_text(preview(8))
+    pb = tmp_path / "pb.yaml"
+    pb.write_text((HERE / "eagle.yaml").read_text().replace("hosts: h100", "hosts: h1") + "weights: staged\n")
+    inventory = load_inventory(inv_path)
+    catalog = open_catalog()
+    (unit,) = [u for u in plan(inventory, catalog, load_playbook(pb, catalog, inventory)).units if u.role == "single"]
+    argv = unit.argv
+    assert argv[argv.index("--model-path") + 1] == "/models/openai/gpt-oss-120b"
+    assert argv[argv.index("--speculative-draft-model-path") + 1] == "/models/lmsys/EAGLE3-gpt-oss-120b-bf16"
+    assert argv[argv.index("--served-model-name") + 1] == "gpt-oss-120b"  # the recipe's own name, not the path
+    assert unit.env["HF_HUB_OFFLINE"] == "1"
+    # ... and the weights it needs are the same dirs `fleet weights stage` fills.
+    target, draft = model_needs(plan(inventory, catalog, load_playbook(pb, catalog, inventory)), inventory,
+                                catalog.get("gpt/sglang-tp2dp4-h100-eagle3-tuned"))
+    assert (target.paths, draft.paths) == ((("h1", "/srv/models/openai/gpt-oss-120b"),),
+                                           (("h1", "/srv/models/lmsys/EAGLE3-gpt-oss-120b-bf16"),))

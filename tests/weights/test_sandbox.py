@@ -154,3 +154,37 @@ def test_stage_verify_repair_and_refuse(sandbox_fleet: Sandbox, source: Path) ->
     assert h7["files_transferred"] == n_files
     assert _digest(_on_host(sb, "h7", f"/srv/models/{TARGET}")) == _digest(source / TARGET)
     assert _fleet(sb, "verify", str(PLAYBOOK), "--full").returncode == 0
+
+
+def test_preflight_and_up_read_the_manifests(sandbox_fleet: Sandbox, source: Path, tmp_path: Path) -> None:
+    """With ``weights: staged`` the units read the staged copies offline; preflight passes each
+    rank's copy by its manifest, fails a copy that lost a file, and ``fleet up`` refuses to start
+    it, naming the command that repairs it."""
+    sb = sandbox_fleet
+    pb = tmp_path / "staged.yaml"
+    pb.write_text(PLAYBOOK.read_text() + "weights: staged\n")
+    assert _fleet(sb, "stage", str(pb), "--source", str(source)).returncode == 0
+    env = {**os.environ, "FLEET_FACTS_DIR": str(tmp_path / "facts")}
+
+    def fleet(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["fleet", *args, str(pb), "-i", sb.inventory, "--known-hosts", sb.known_hosts],
+                              capture_output=True, text=True, timeout=600, cwd=REPO, env=env)  # fmt: skip
+
+    r = fleet("preflight", "--json")
+    weights = [c for c in json.loads(r.stdout)["checks"] if c["check"] in ("weights", "draft", "weights-revision")]
+    assert {(c["host"], c["check"], c["status"]) for c in weights} == {
+        (h, name, "pass") for h in HOSTS for name in ("weights", "draft")}
+    assert all("staged revision sha256:" in c["message"] for c in weights)
+
+    _on_host(sb, "h2", f"/srv/models/{TARGET}/config.json").unlink()
+    try:
+        failing = (f"fail: h2/fleet-wt-eagle-single1-r0: weights: /srv/models/{TARGET}: 1 file(s) differ from "
+                   "fleet-weights.json: config.json: missing (fix: fleet weights stage PLAYBOOK -i INVENTORY "
+                   "--source DIR|HOST:PATH (moves only the differing files))")
+        r = fleet("preflight")
+        assert r.returncode == 1 and f"fleet: preflight: {failing}" in r.stderr.splitlines()
+        r = fleet("up")
+        assert r.returncode == 1 and f"fleet: preflight: {failing}" in r.stderr.splitlines()
+        assert "nothing was started" in r.stderr
+    finally:
+        assert _fleet(sb, "stage", str(pb), "--source", str(source)).returncode == 0
