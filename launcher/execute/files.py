@@ -27,64 +27,15 @@ import secrets as _random
 from dataclasses import dataclass
 from typing import Sequence
 
+from launcher import hostscripts
 from launcher.errors import RemoteError
 from launcher.execute.command import Command, Token
-from launcher.execute.transport import PUT_TEMP_PREFIX, CommandTimeout, Result, Transport, check_put_args
+from launcher.execute.transport import CommandTimeout, Result, Transport, check_put_args
 
 DEFAULT_TIMEOUT_S = 300.0
 _TAIL_LINES = 20
 
-# $1 boundary, $2 number of commands; per command: its argc, its argv; then the number of
-# removals and the paths; then per file: path, mode (octal), length.  Markers
-# "\n<boundary> ...\n" frame each command's stdout/stderr and say which write/removal is under
-# way, so the caller can split the streams and name what failed.  run_first runs the first K of
-# its arguments (POSIX sh has no arrays: rebuild "$@" from the loop's frozen word list).
-_SCRIPT = (
-    'b=$1 n=$2; shift 2\n'
-    'run_first() {\n'
-    '  k=$1; shift; i=0\n'
-    '  for a do shift; if [ "$i" -lt "$k" ]; then set -- "$@" "$a"; fi; i=$((i+1)); done\n'
-    '  "$@" </dev/null\n'
-    '}\n'
-    's=0\n'
-    'while [ "$s" -lt "$n" ]; do\n'
-    '  s=$((s+1)); k=$1; shift\n'
-    '  run_first "$k" "$@"; rc=$?\n'
-    '  printf \'\\n%s step %s %s\\n\' "$b" "$s" "$rc"; printf \'\\n%s step %s\\n\' "$b" "$s" >&2\n'
-    '  [ "$rc" -eq 0 ] || exit "$rc"\n'
-    '  shift "$k"\n'
-    'done\n'
-    'm=$1; shift; s=0\n'
-    'while [ "$s" -lt "$m" ]; do\n'
-    '  s=$((s+1)); printf \'\\n%s rm %s\\n\' "$b" "$s"\n'
-    '  rm -f -- "$1" || exit; shift\n'
-    'done\n'
-    'if dd if=/dev/null of=/dev/null iflag=fullblock 2>/dev/null; then full=1; else full=; fi\n'
-    'copy() {\n'
-    '  if [ -z "$full" ]; then [ "$1" -eq 0 ] || dd bs=1 count="$1"; return; fi\n'
-    '  q=$(($1 / 65536)) rest=$(($1 % 65536))\n'
-    '  if [ "$q" -gt 0 ]; then dd bs=65536 count="$q" iflag=fullblock || return; fi\n'
-    '  if [ "$rest" -gt 0 ]; then dd bs="$rest" count=1 iflag=fullblock || return; fi\n'
-    '}\n'
-    'tmp=\n'
-    'trap \'if [ -n "$tmp" ]; then rm -f -- "$tmp"; fi\' EXIT\n'
-    "trap 'exit 129' HUP; trap 'exit 130' INT; trap 'exit 143' TERM\n"
-    's=0 made=\n'
-    'while [ "$#" -gt 0 ]; do\n'
-    '  s=$((s+1)); dest=$1 mode=$2 len=$3; shift 3\n'
-    '  printf \'\\n%s put %s\\n\' "$b" "$s"\n'
-    '  dir=${dest%/*}; dir=${dir:-/}\n'
-    '  if [ "$dir" != "$made" ]; then mkdir -p -- "$dir" || exit; made=$dir; fi\n'
-    f'  tmp=$(mktemp "$dir/{PUT_TEMP_PREFIX}XXXXXX") || exit\n'
-    '  chmod "$mode" "$tmp" || exit\n'
-    '  err=$(copy "$len" 2>&1 >"$tmp") || { printf \'%s\\n\' "$err" >&2; exit 1; }\n'
-    '  got=$(wc -c <"$tmp") || exit\n'
-    '  [ "$((got))" -eq "$len" ] || { echo "short input: $((got)) of $len bytes" >&2; exit 1; }\n'
-    '  mv -f -- "$tmp" "$dest" || exit\n'
-    '  tmp=\n'
-    'done\n'
-    'printf \'\\n%s done\\n\' "$b"\n'
-)
+_SCRIPT = hostscripts.text("files.sh")  # its header gives the arguments
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,25 +13,13 @@ import posixpath
 from dataclasses import dataclass
 from typing import Mapping, Protocol, Sequence
 
+from launcher import hostscripts
 from launcher.errors import RemoteError
 from launcher.execute.command import Command, Token
 
 STDERR_TAIL_LINES = 5
 
-# Atomic write on the far side.  mktemp creates the temp file 0600 in the destination's own
-# directory (so the rename is atomic); chmod sets the final mode while the file is still empty,
-# so the content is never more readable than the final mode allows, not even briefly.
-_PUT_SCRIPT = """set -eu
-dest=$1; mode=$2
-dir=$(dirname -- "$dest")
-mkdir -p -- "$dir"
-tmp=$(mktemp "$dir/.fleet-put.XXXXXX")
-trap 'rm -f -- "$tmp"' EXIT
-chmod "$mode" "$tmp"
-cat > "$tmp"
-mv -f -- "$tmp" "$dest"
-trap - EXIT
-"""
+_PUT_SCRIPT = hostscripts.text("put.sh")  # the atomic write; its header says how
 PUT_TEMP_PREFIX = ".fleet-put."
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+from launcher import hostscripts
 from launcher.deploy.orchestrate import Connect, Session
 from launcher.deploy.remote import sh
 from launcher.errors import FleetError
@@ -24,20 +25,12 @@ from launcher.model import Host
 from launcher.observe.targets import Endpoint
 
 _HEAD, _TAIL = "@@fleet-metrics ", "@@fleet-metrics-status "
-_SCRIPT = (
-    't="$1"; shift; for u in "$@"; do printf \'%s%s\\n\' "' + _HEAD + '" "$u"; '
-    'if command -v curl >/dev/null 2>&1; then curl -fsS -m "$t" "$u" 2>&1; '
-    'elif command -v wget >/dev/null 2>&1; then wget -q -O - -T "$t" "$u" 2>&1; '
-    "elif command -v python3 >/dev/null 2>&1; then python3 -c "
-    '"import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=float(sys.argv[2])).read().decode())" "$u" "$t" 2>&1; '
-    'else echo "none of curl, wget, python3 on this host"; false; fi; '
-    'printf \'\\n%s%s\\n\' "' + _TAIL + '" "$?"; done'
-)
+_SCRIPT = hostscripts.text("fetch-metrics.sh")
 TIMEOUT_S = 3
 
 
 def fetch_argv(urls: Sequence[str], timeout_s: int = TIMEOUT_S) -> tuple[str, ...]:
-    return sh(_SCRIPT, str(timeout_s), *urls)
+    return sh(_SCRIPT, _HEAD, _TAIL, str(timeout_s), *urls)
 
 
 def parse(out: str) -> dict[str, str | FleetError]:

@@ -62,3 +62,11 @@ def test_each_script_is_loaded_by_a_module() -> None:
     root = Path(launcher.__file__).parent
     used = {m for p in root.rglob("*.py") for m in re.findall(r'hostscripts\.text\("([^"]+)"\)', p.read_text())}
     assert used == set(SCRIPTS)
+
+
+def test_the_write_scripts_name_their_temp_files_as_the_transports_do() -> None:
+    """Leftover temp files are found (and tests look for them) by ``PUT_TEMP_PREFIX``."""
+    from launcher.execute.transport import PUT_TEMP_PREFIX
+
+    for name in ("put.sh", "files.sh"):
+        assert f'mktemp "$dir/{PUT_TEMP_PREFIX}XXXXXX"' in hostscripts.text(name), name
