@@ -371,6 +371,15 @@ class SecretRef:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Metrics:
+    """Prometheus scrape targets fleet keeps current for this deployment."""
+
+    # file_sd JSON on the control host (relative: to the playbook's directory), rewritten after
+    # `up`, each rolling batch and `down`; None = only `fleet metrics targets` writes targets.
+    targets_file: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Playbook:
     path: str
     name: str
@@ -385,6 +394,7 @@ class Playbook:
     # ({models_dir}/<repo id> for repo ids) with HF_HUB_OFFLINE=1, so a missing file fails fast
     # instead of starting a download on every rank.  "download": engines fetch from the hub.
     weights: Literal["download", "staged"] = "download"
+    metrics: Metrics = Metrics()
     source: Source = UNKNOWN_SOURCE
 
 

@@ -17,6 +17,7 @@ import click
 
 from launcher.cli import cli
 from launcher.cli.common import connector as _connector, progress, ssh_options as _ssh_options
+from launcher.cli.metrics import TargetsHook, after_change, checked_targets_path, targets_file_option
 from launcher.cli.preflight import gate
 from launcher.deploy import orchestrate
 from launcher.deploy.orchestrate import Options, Report, Target
@@ -76,10 +77,12 @@ def _print_report(report: Report, as_json: bool) -> None:
 @click.option("--skip-preflight", is_flag=True, help="Do not run the cheap preflight checks first.")
 @click.option("--router", "router_urls", multiple=True, metavar="URL",
               help="Routers serving this deployment (rolling rollouts drain groups out of them).")
+@targets_file_option
 def up_command(
     playbook: str, inventory_path: str, forks: int, trust_new_hosts: bool, known_hosts: tuple[str, ...],
     limit_pattern: str | None, check: bool, diff: bool, timeout_s: float | None, as_json: bool, quiet: bool,
     break_lock: bool, secrets: tuple[str, ...], skip_preflight: bool, router_urls: tuple[str, ...],
+    targets_file: str | None,
 ) -> None:  # fmt: skip
     """Bring PLAYBOOK's units up (idempotent: unchanged units are left alone).  The cheap
     preflight checks run first (facts, GPUs, HCAs, GIDs, reachability, weights, ports) and stop
@@ -88,6 +91,7 @@ def up_command(
     secret_values = resolve(inputs.playbook.secrets, secrets)  # a missing secret stops us before any host
     rolling = not check and inputs.playbook.rollout.strategy == "rolling"
     options = Options(forks=forks, check=check, diff=diff, timeout_s=timeout_s, break_lock=break_lock)
+    targets = None if check else checked_targets_path(inputs.playbook, targets_file)
     with ExitStack() as stack:
         # One connection per host for the preflight gate and the deploy.
         connector = stack.enter_context(_connector(known_hosts, trust_new_hosts))
@@ -95,7 +99,10 @@ def up_command(
         if not skip_preflight:
             # Planned with the facts the gate just gathered (gid_index: auto resolves there).
             the_plan = gate(inputs, connector, forks=forks, quiet=quiet or as_json).plan
-        target = target_of(deployment(inputs, the_plan), limit_pattern, secret_values)
+        dep = deployment(inputs, the_plan)
+        target = target_of(dep, limit_pattern, secret_values)
+        # The targets cover the whole deployment, whatever --limit touched.
+        hook = None if targets is None else TargetsHook(targets, target_of(dep), known_hosts, trust_new_hosts, forks)
         shown = progress(stack, quiet or as_json or check)
         if rolling:
             # rollout: rolling — changed groups restart in batches, drained out of their routers.
@@ -103,11 +110,11 @@ def up_command(
 
             code = run_rolling_up(inputs.playbook, target, connector.connect, shown, forks=forks,
                                   timeout_s=timeout_s, break_lock=break_lock, as_json=as_json,
-                                  router_urls=router_urls)  # fmt: skip
+                                  router_urls=router_urls, targets=hook)  # fmt: skip
             sys.exit(code)
         report = orchestrate.up(target, connector.connect, options, shown)
     _print_report(report, as_json)
-    sys.exit(int(report.exit_code))
+    sys.exit(after_change(hook, int(report.exit_code)))
 
 
 @cli.command("down")
@@ -117,19 +124,25 @@ def up_command(
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @click.option("--break-lock", is_flag=True, help="Take the deploy lock even if another deploy holds it.")
+@targets_file_option
 def down_command(
     playbook: str, inventory_path: str, forks: int, trust_new_hosts: bool, known_hosts: tuple[str, ...],
-    limit_pattern: str | None, as_json: bool, quiet: bool, break_lock: bool,
+    limit_pattern: str | None, as_json: bool, quiet: bool, break_lock: bool, targets_file: str | None,
 ) -> None:  # fmt: skip
     """Stop and remove PLAYBOOK's units (gateway first).  Images, caches and weights stay; each
     unit's last files stay in /etc/fleet/<deployment>/<unit>/prev/ (never its secrets)."""
-    target = load_target(playbook, inventory_path, limit_pattern, None)
+    inputs = load_inputs(playbook, inventory_path)
+    targets = checked_targets_path(inputs.playbook, targets_file)
+    dep = deployment(inputs)
+    target = target_of(dep, limit_pattern)
     with ExitStack() as stack:
         connector = stack.enter_context(_connector(known_hosts, trust_new_hosts))
         report = orchestrate.down(target, connector.connect, Options(forks=forks, break_lock=break_lock),
                                   progress(stack, quiet or as_json))  # fmt: skip
     _print_report(report, as_json)
-    sys.exit(int(report.exit_code))
+    hook = None if targets is None else TargetsHook(targets, target_of(dep), known_hosts, trust_new_hosts, forks)
+    sys.exit(after_change(hook, int(report.exit_code)))
+
 
 
 @cli.command("unlock")

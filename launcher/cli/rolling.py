@@ -15,6 +15,7 @@ import click
 
 from launcher.cli import cli
 from launcher.cli.common import connector as _connector, progress, ssh_options as _ssh_options
+from launcher.cli.metrics import TargetsHook, after_change, checked_targets_path, targets_file_option
 from launcher.config.patterns import select
 from launcher.deploy.orchestrate import Connect, Target
 from launcher.deploy.secrets import resolve
@@ -155,7 +156,7 @@ def _common(f: click.decorators.FC) -> click.decorators.FC:
         )
     ):  # fmt: skip
         f = opt(f)
-    return f
+    return targets_file_option(f)
 
 
 def _run(
@@ -163,17 +164,19 @@ def _run(
     known_hosts: tuple[str, ...], rolling: bool, max_unavailable: str | None, role: str | None,
     limit_pattern: str | None, force: bool, drain_timeout_s: float | None, router_urls: tuple[str, ...],
     surge_pattern: str | None, timeout_s: float | None, as_json: bool, quiet: bool, break_lock: bool,
-    secrets: tuple[str, ...],
+    secrets: tuple[str, ...], targets_file: str | None,
 ) -> None:  # fmt: skip
     inputs = load_inputs(playbook_path, inventory_path)
     inventory, playbook = inputs.inventory, inputs.playbook
     limit = frozenset(h.name for h in select(inventory, limit_pattern)) if limit_pattern else None
+    target = target_of(deployment(inputs), None, resolve(playbook.secrets, secrets))
+    path = checked_targets_path(playbook, targets_file)
+    hook = None if path is None else TargetsHook(path, target, known_hosts, trust_new_hosts, forks)
     options = rolling_options(
         playbook, rolling=rolling or action == "rollback", max_unavailable=max_unavailable,
         drain_timeout_s=drain_timeout_s, role=role, limit=limit, force=force, forks=forks,
-        timeout_s=timeout_s, break_lock=break_lock,
+        timeout_s=timeout_s, break_lock=break_lock, after_batch=hook,
     )  # fmt: skip
-    target = target_of(deployment(inputs), None, resolve(playbook.secrets, secrets))
     with ExitStack() as stack:
         connector = stack.enter_context(_connector(known_hosts, trust_new_hosts))
         shown = progress(stack, quiet or as_json)
@@ -189,7 +192,7 @@ def _run(
             routers = _routers(drain_router_urls(router_urls, target))
             report = roll(target, connector.connect, routers, options, shown, action=action)
     print_roll_report(report, as_json)
-    sys.exit(int(report.exit_code))
+    sys.exit(after_change(hook, int(report.exit_code)))
 
 
 @cli.command("restart")
@@ -225,13 +228,15 @@ def run_rolling_up(
     break_lock: bool,
     as_json: bool,
     router_urls: Sequence[str] = (),
+    targets: TargetsHook | None = None,
 ) -> int:
     """``fleet up`` of a rolling playbook (see :func:`launcher.rolling.roll.up_rolling`): prints
-    the rollout report and returns the exit code."""
+    the rollout report and returns the exit code.  ``targets``: rewritten after each batch and
+    at the end."""
     options = rolling_options(
         playbook, rolling=True, max_unavailable=None, drain_timeout_s=None, forks=forks, timeout_s=timeout_s,
-        break_lock=break_lock,
+        break_lock=break_lock, after_batch=targets,
     )  # fmt: skip
     report = up_rolling(target, connect, _routers(drain_router_urls(router_urls, target)), options, progress)
     print_roll_report(report, as_json)
-    return int(report.exit_code)
+    return after_change(targets, int(report.exit_code))

@@ -16,7 +16,8 @@ import click
 
 from launcher.cli import cli
 from launcher.cli.common import connector, ssh_options
-from launcher.deploy.orchestrate import Connect, Target
+from launcher.deploy.orchestrate import Target
+from launcher.execute.ssh import SshConnector
 from launcher.deploy.status import status
 from launcher.observe.names import Kind
 from launcher.observe.targets import Endpoint, endpoints
@@ -46,7 +47,7 @@ def top_command(
     versions: dict[str, str | None] = {engine: recipe.engine_version}
     eps = endpoints(dep.plan.units)
     with connector(known_hosts, trust_new_hosts) as conn:
-        reader = _Reader(target, eps, versions, conn.connect, forks)
+        reader = _Reader(target, eps, versions, conn, forks)
         if once:
             first = reader.read()
             time.sleep(interval)
@@ -64,14 +65,14 @@ def top_command(
 
 class _Reader:
     def __init__(self, target: Target, eps: Sequence[Endpoint], versions: dict[str, str | None],
-                 connect: Connect, forks: int) -> None:  # fmt: skip
-        self.target, self.eps, self.versions, self.connect, self.forks = target, eps, versions, connect, forks
+                 connector: SshConnector, forks: int) -> None:  # fmt: skip
+        self.target, self.eps, self.versions, self.connector, self.forks = target, eps, versions, connector, forks
 
     def read(self) -> Sample:
-        return sample(self.target.hosts, self.eps, self.versions, self.connect, self.forks)
+        return sample(self.target.hosts, self.eps, self.versions, self.connector, self.forks)
 
     def rows(self, now: Sample, before: Sample | None) -> tuple[Row, ...]:
-        return rows(status(self.target, self.connect, self.forks), self.eps, now, before)
+        return rows(status(self.target, self.connector.connect, self.forks), self.eps, now, before)
 
 
 def _live(reader: _Reader, interval: float, title: str) -> None:

@@ -9,7 +9,7 @@ Contract: :func:`fetch_argv` is pure: an ``sh -c`` script taking the URLs as pos
 parameters (no value is spliced into shell text) that GETs each with curl, wget or python3
 (whichever the host has, like the health probes) within ``timeout_s`` and prints, per URL, a
 header line, the body and a status line.  :func:`parse` reads that back into body or error per
-URL.  :func:`fetch` runs it on every host at once through the deploy layer's session.
+URL.  :func:`fetch` runs it on every host at once (bounded fan-out).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from launcher import hostscripts
-from launcher.deploy.orchestrate import Connect, Session
 from launcher.deploy.remote import sh
-from launcher.errors import FleetError
+from launcher.errors import FleetError, HostKeyError
+from launcher.execute.fanout import Connector, Ok, Unreachable, run_all
 from launcher.execute.transport import Transport
 from launcher.model import Host
 from launcher.observe.targets import Endpoint
@@ -55,25 +55,27 @@ def parse(out: str) -> dict[str, str | FleetError]:
 
 
 def fetch(
-    hosts: Sequence[Host], eps: Sequence[Endpoint], connect: Connect, forks: int
+    hosts: Sequence[Host], eps: Sequence[Endpoint], connector: Connector, forks: int
 ) -> dict[tuple[str, str], str | FleetError]:
-    """(host, unit) -> metrics text or error; an unreachable host's units get its error."""
+    """(host, unit) -> metrics text or error; an unreachable host's units get its error.  An
+    unknown or changed host key refuses the whole read, as every fleet command does."""
     by_host: dict[str, list[Endpoint]] = {}
     for ep in eps:
         by_host.setdefault(ep.host, []).append(ep)
     scope = [h for h in hosts if h.name in by_host]
+    result = run_all(scope, lambda h, t: _host(t, by_host[h.name]), connector=connector, forks=forks)
     out: dict[tuple[str, str], str | FleetError] = {}
-    with Session(scope, connect, forks) as session:
-        session.refuse_bad_keys()
-        reachable = [h for h in by_host if h in session.transports]
-        results = session.run(reachable, lambda h, t: _host(t, by_host[h]))
-    for h, mine in by_host.items():
-        res = results.get(h) if h in results else session.errors.get(h)
-        for ep in mine:
-            if isinstance(res, dict):
-                out[(h, ep.unit)] = res.get(ep.url) or FleetError(f"{h}: GET {ep.url}: no answer")
+    for outcome in result.outcomes:
+        name = outcome.host.name
+        if isinstance(outcome, Unreachable) and isinstance(outcome.error, HostKeyError):
+            raise outcome.error
+        for ep in by_host[name]:
+            if isinstance(outcome, Ok):
+                out[(name, ep.unit)] = outcome.value.get(ep.url) or FleetError(f"{name}: GET {ep.url}: no answer")
+            elif isinstance(outcome, Unreachable):
+                out[(name, ep.unit)] = outcome.error
             else:
-                out[(h, ep.unit)] = res if isinstance(res, FleetError) else FleetError(f"{h}: unreachable")
+                out[(name, ep.unit)] = FleetError(f"{name}: {outcome.message}")
     return out
 
 

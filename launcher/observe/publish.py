@@ -14,6 +14,7 @@ from typing import Any
 
 from launcher.deploy.orchestrate import Connect, Target
 from launcher.deploy.status import status
+from launcher.model import Playbook
 from launcher.observe import sdfile
 from launcher.observe.targets import endpoints, target_groups
 
@@ -23,3 +24,12 @@ def publish(path: Path, target: Target, connect: Connect, forks: int = 8) -> lis
     groups = target_groups(target.deployment, target.recipe, endpoints(d.unit for d in target.units), generations)
     sdfile.update(path, {target.deployment}, groups)
     return groups
+
+
+def targets_path(playbook: Playbook, flag: str | None) -> Path | None:
+    """Where this deployment's targets are kept: ``flag`` (``--targets-file``), else the
+    playbook's ``metrics.targets_file`` relative to the playbook's directory, else None."""
+    if flag is not None:
+        return Path(flag)
+    given = playbook.metrics.targets_file
+    return None if given is None else Path(playbook.path).parent / Path(given).expanduser()

@@ -33,6 +33,12 @@ def update(path: Path, deployments: Collection[str], groups: Sequence[dict[str, 
     return merged
 
 
+def check(path: Path) -> None:
+    """Raises :class:`InputError` now if ``path`` exists and is not a targets file (so a command
+    that updates it later finds out before it touches a host)."""
+    _read(path)
+
+
 def _order(group: dict[str, Any]) -> tuple[str, ...]:
     lab = group.get("labels", {})
     return (str(lab.get("deployment", "")), str(lab.get("group", "")), str(lab.get("rank", "")), str(lab.get("unit", "")))

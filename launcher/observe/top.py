@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Mapping, Sequence
 
-from launcher.deploy.orchestrate import Connect
+from launcher.execute.fanout import Connector
 from launcher.deploy.status import UnitStatus
 from launcher.errors import FleetError
 from launcher.model import Host
@@ -54,10 +54,10 @@ class Row:
 
 
 def sample(
-    hosts: Sequence[Host], eps: Sequence[Endpoint], versions: Mapping[str, str | None], connect: Connect, forks: int
+    hosts: Sequence[Host], eps: Sequence[Endpoint], versions: Mapping[str, str | None], connector: Connector, forks: int
 ) -> Sample:
     """``versions``: the program version per endpoint kind, for :func:`names_for`."""
-    texts = fetch(hosts, eps, connect, forks)
+    texts = fetch(hosts, eps, connector, forks)
     at = time.monotonic()
     loads: dict[Key, Load | str] = {}
     for ep in eps:

@@ -58,6 +58,9 @@ class RollOptions:
     break_lock: bool = False
     only_changed: bool = False  # `fleet up` with rollout rolling: unchanged groups stay as they are
     register_timeout_s: float = 60.0
+    # Called after each batch (healthy or not): e.g. rewrite the Prometheus targets so they follow
+    # the rollout.  Must not raise.
+    after_batch: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -210,6 +213,8 @@ class _Rollout:
             except KeyboardInterrupt:
                 self._interrupted(i, groups, surveys)
                 raise
+            if self.options.after_batch is not None:
+                self.options.after_batch()
         if self.options.only_changed and not halted:
             self._infra(decision.changing, surveys)
         if self.no_counter:
