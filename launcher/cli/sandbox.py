@@ -66,7 +66,7 @@ def status(name: str, as_json: bool) -> None:
         return
     click.echo(f"sandbox {name}: {info['mode']} {info['subnet'] or ''} inventory {info['inventory']}")
     for h in info["hosts"]:
-        click.echo(f"  {h['name']:<5} {h['address']}:{h['port']:<5} {h['ifname']:<7} "
+        click.echo(f"  {h['name']:<5} {h['address']}:{h['port']:<5} {h['ifname']:<7} {h['kind']:<7} "
                    f"sshd={'up' if h['sshd'] else 'DOWN'} dockerd={'up' if h['dockerd'] else 'DOWN'}")  # fmt: skip
 
 

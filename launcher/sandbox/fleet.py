@@ -249,13 +249,22 @@ def status(name: str = "default") -> dict[str, Any]:
                 "ifname": h.ifname,
                 "data_ip": h.data_ip,
                 "netns": h.netns,
-                "sshd": bool(h.sshd and h.sshd.alive()),
+                "kind": h.kind,
+                "sshd": bool(h.sshd and h.sshd.alive()) if h.kind == "docker" else _answers(h),
                 "dockerd": bool(h.dockerd and h.dockerd.alive()),
                 "docker_socket": h.docker_socket,
             }
             for h in st.hosts
         ],
     }
+
+
+def _answers(h: HostState) -> bool:
+    """Whether the host's sshd sends its banner (a systemd host's sshd is the container's)."""
+    try:
+        return sshd.banner(h.address, h.port)
+    except OSError:
+        return False
 
 
 def loaded(name: str) -> SandboxState:

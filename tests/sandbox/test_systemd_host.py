@@ -153,14 +153,50 @@ def test_sandbox_down_removes_the_systemd_hosts(sb: Sandbox) -> None:
     st = sb.state
     hosts = [h for h in st.hosts if h.kind == "systemd"]
     assert len(hosts) == len(HOSTS) and all(h.dockerd and h.dockerd.alive() for h in hosts)
+    info = sandbox.status(st.name)
+    assert [(h["name"], h["kind"], h["sshd"], h["dockerd"]) for h in info["hosts"]] == [
+        (h, "systemd", True, True) for h in HOSTS
+    ]
     shim = [p for p in os.listdir("/proc") if p.isdigit() and _in_netns(int(p), hosts)]
     assert shim, "the systemd hosts' processes live in their network namespaces"
     assert sandbox.down(st.name)
+    assert_gone(st.name, hosts)
+
+
+def assert_gone(name: str, hosts: list[sandbox_state.HostState]) -> None:
     assert [p for p in os.listdir("/proc") if p.isdigit() and _in_netns(int(p), hosts)] == []
     assert not any(h.dockerd and h.dockerd.alive() for h in hosts)
-    assert [n for n in os.listdir("/run/netns") if n.startswith(f"fsb-{st.name}-")] == []
-    assert not Path(st.dir).exists()
-    assert [str(p) for p in Path("/sys/fs/cgroup").glob(f"*/fleet-sandbox/{st.name}-*")] == []
+    assert [n for n in os.listdir("/run/netns") if n.startswith(f"fsb-{name}-")] == []
+    assert not (sandbox_state.state_root() / name).exists()
+    assert [str(p) for p in Path("/sys/fs/cgroup").glob(f"*/fleet-sandbox/{name}-*")] == []
+
+
+def test_a_crash_half_way_through_up_is_cleaned_by_the_next_down(monkeypatch: pytest.MonkeyPatch) -> None:
+    """up dies after s1's runner dockerd started and before its container (its own cleanup
+    never runs, as when the process is killed): the state file already names what exists, so
+    the next ``down`` removes the runner, the namespaces and the state."""
+    if not sys.platform.startswith("linux") or os.geteuid() != 0 or shutil.which("mmdebstrap") is None:
+        pytest.skip("systemd sandbox hosts need Linux, root and mmdebstrap")
+    from launcher.sandbox import systemd_host
+
+    class Crash(BaseException):
+        pass
+
+    def crash(*_: object) -> None:
+        raise Crash
+
+    name = f"sc{os.getpid()}"
+    with monkeypatch.context() as m:
+        m.setattr(systemd_host, "_run_container", crash)
+        m.setattr(sandbox, "down", lambda _name: False)  # the crashed process cleans nothing
+        with pytest.raises(Crash):
+            sandbox.up(name, 0, docker=False, systemd_hosts=1)
+    st = sandbox_state.load(name)
+    assert st is not None
+    hosts = [h for h in st.hosts if h.kind == "systemd"]
+    assert len(hosts) == 1 and hosts[0].dockerd is not None and hosts[0].dockerd.alive() and hosts[0].mnt_ns
+    assert sandbox.down(name)
+    assert_gone(name, hosts)
 
 
 def _in_netns(pid: int, hosts: list[sandbox_state.HostState]) -> bool:
