@@ -24,18 +24,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from launcher.config.inventory import load_inventory
 from launcher.config.patterns import select
 from launcher.config.recipes import Catalog, open_catalog
-from launcher.deploy.desired import Desired, from_rendered, limit
-from launcher.deploy.orchestrate import Target
-from launcher.deploy.secrets import resolve
 from launcher.model import Host, Inventory, Plan, Playbook, Runtime
 from launcher.plan import auto_playbook, plan
 from launcher.preflight import facts_cache
-from launcher.render import RenderedPlan, render
+
+if TYPE_CHECKING:
+    from launcher.deploy.desired import Desired
+    from launcher.deploy.orchestrate import Target
+    from launcher.render import RenderedPlan
+
+# render (jinja2) and the deploy layer (paramiko) are imported by the functions that need them:
+# fleet plan, which needs neither, starts without them.
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,6 +114,9 @@ def planned(inputs: Inputs) -> Plan:
 def deployment(inputs: Inputs, the_plan: Plan | None = None, *, runtime: Runtime | None = None) -> Deployment:
     """Plan (unless ``the_plan`` is given: e.g. made with the facts preflight just gathered) and
     render ``inputs`` (``runtime`` overrides every unit's runtime)."""
+    from launcher.deploy.desired import from_rendered
+    from launcher.render import render
+
     p = planned(inputs) if the_plan is None else the_plan
     rendered = render(p, runtime)
     endpoints = tuple(
@@ -131,6 +138,9 @@ def load_deployment(
 def target_of(dep: Deployment, limit_pattern: str | None = None, secrets: Mapping[str, str] | None = None) -> Target:
     """The deploy layer's view of ``dep``, narrowed to ``limit_pattern``'s hosts (units on other
     hosts and those hosts themselves left out)."""
+    from launcher.deploy.desired import limit
+    from launcher.deploy.orchestrate import Target
+
     units, hosts = dep.units, dep.hosts
     if limit_pattern is not None:
         chosen = {h.name for h in select(dep.inputs.inventory, limit_pattern)}
@@ -147,6 +157,8 @@ def load_target(
     """Load -> plan (cached facts) -> render -> :class:`Target`.  ``secret_flags`` None: secrets
     are not resolved (status, logs, down never need their values); else ``--secret`` overrides
     (a missing secret stops here, before any host)."""
+    from launcher.deploy.secrets import resolve
+
     inputs = load_inputs(playbook_path, inventory_path)
     secrets = resolve(inputs.playbook.secrets, secret_flags) if secret_flags is not None else {}
     return target_of(deployment(inputs), limit_pattern, secrets)

@@ -31,3 +31,16 @@ def test_up_does_not_import_other_families() -> None:
     assert "launcher.cli.deploy" in out
     for other in ("launcher.cli.sandbox", "launcher.sandbox", "launcher.cli.recipes", "launcher.cli.run"):
         assert other not in out
+
+
+def test_plan_loads_through_the_pipeline_without_ssh_or_templates() -> None:
+    """fleet plan is pure: neither paramiko (the deploy layer) nor jinja2 (render) is imported."""
+    code = (
+        "import sys\n"
+        "from launcher.cli import cli\n"
+        "cli.get_command(None, 'plan')\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert "launcher.cli.plan" in out and "launcher.pipeline" in out
+    assert [m for m in ("paramiko", "jinja2", "launcher.deploy.orchestrate") if m in out] == []
