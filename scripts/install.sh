@@ -22,6 +22,10 @@ fi
 mkdir -p /run/sshd
 
 python3 -m pip install -q --disable-pip-version-check -e '.[test]'
+# The sandbox hosts run the system python3 (they share this machine's filesystem); `fleet weights
+# stage --source hub` runs the hub's own client there, as a real host's python3 or engine image would.
+/usr/bin/python3 -c 'import huggingface_hub' 2>/dev/null ||
+  /usr/bin/python3 -m pip install -q --disable-pip-version-check --break-system-packages huggingface_hub
 # Byte-compile fleet as a wheel install would: with PYTHONDONTWRITEBYTECODE set (as in some CI
 # images) an editable checkout would otherwise re-compile every module in every fleet process.
 python3 -m compileall -q launcher >/dev/null

@@ -18,7 +18,9 @@ from launcher.cli.common import connector as _connector, execute_log_to_stderr a
 from launcher.cli.common import ssh_options as _ssh_options
 from launcher.output import dumps, print_table, table
 from launcher.pipeline import Inputs, load_inputs, planned
+from launcher.deploy.secrets import resolve
 from launcher.weights.disk import gib
+from launcher.weights.hub import stage_hub
 from launcher.weights.needs import ModelNeed, model_needs
 from launcher.weights.stage import Progress, Report, parse_source, source_manifests, stage, verify
 
@@ -105,15 +107,20 @@ def weights_group() -> None:
 @weights_group.command("stage")
 @click.argument("playbook")
 @_ssh_options
-@click.option("--source", "source_text", required=True, metavar="DIR|HOST:PATH",
-              help="Where the models are: a directory on this host, or PATH on an inventory host; it holds each "
-                   "model at its name below the models dir (<org>/<name> for a repo id).")
-@click.option("--revision", default=None, help="Revision to record (default: the source manifest's, else a hash of "
-                                               "the content).")
+@click.option("--source", "source_text", required=True, metavar="hub|DIR|HOST:PATH",
+              help="hub: each host downloads with the hub's client (needs --revision). DIR on this host or PATH "
+                   "on an inventory host: holds each model at its name below the models dir (<org>/<name> for a "
+                   "repo id).")
+@click.option("--revision", default=None, help="hub: the revision to download (commit or tag).  Else the revision "
+                                               "to record (default: the source manifest's, else a content hash).")
+@click.option("--secret", "secret_flags", multiple=True, metavar="HF_TOKEN=@FILE|HF_TOKEN=env:VAR",
+              help="hub: where the playbook's HF_TOKEN comes from (as for fleet up); it reaches each host as a "
+                   "0600 file, never argv.")
 @click.option("--full", is_flag=True, help="Hash the hosts' copies (finds same-size corruption; reads every byte).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def stage_command(playbook: str, inventory_path: str, known_hosts: tuple[str, ...], trust_new_hosts: bool,
-                  forks: int, source_text: str, revision: str | None, full: bool, as_json: bool) -> None:  # fmt: skip
+                  forks: int, source_text: str, revision: str | None, secret_flags: tuple[str, ...], full: bool,
+                  as_json: bool) -> None:  # fmt: skip
     """Put every model PLAYBOOK's units read (target, draft) at the path they read it from, on
     every host that runs one of them and no other.  The source is read once; hosts that have a
     file pass it on to the next (rsync over SSH, with a per-run key each host may use only to
@@ -121,6 +128,15 @@ def stage_command(playbook: str, inventory_path: str, known_hosts: tuple[str, ..
     is missing or different, and each copy gets a manifest (fleet-weights.json) last."""
     inputs = load_inputs(playbook, inventory_path)
     needs = _needs(inputs)
+    if source_text == "hub":
+        refs = [r for r in inputs.playbook.secrets if r.name == "HF_TOKEN"]
+        token = resolve(refs, secret_flags).get("HF_TOKEN")
+        with _execute_log_to_stderr(), _connector(known_hosts, trust_new_hosts) as connector, \
+                _progress(as_json) as bars:  # fmt: skip
+            report = stage_hub(inputs.inventory, needs, connector, revision=revision, token=token, forks=forks,
+                               progress=bars)
+        _print(report, "stage", as_json)
+        sys.exit(0 if report.ok else 1)
     source = parse_source(source_text, inputs.inventory)
     with _execute_log_to_stderr(), _connector(known_hosts, trust_new_hosts) as connector, \
             _progress(as_json) as bars:  # fmt: skip

@@ -86,7 +86,7 @@ class Progress(Protocol):
     def end(self, host: str, ok: bool) -> None: ...
 
 
-class _Quiet:
+class Quiet:
     def begin(self, host: str, total: int) -> None:
         pass
 
@@ -182,7 +182,7 @@ def _host_scans(hosts: Sequence[Host], dirs: Mapping[str, list[str]], connector:
     return result.values(), failed
 
 
-def _hosts(inventory: Inventory, needs: Sequence[ModelNeed]) -> tuple[list[Host], dict[str, list[str]]]:
+def hosts_of(inventory: Inventory, needs: Sequence[ModelNeed]) -> tuple[list[Host], dict[str, list[str]]]:
     dirs: dict[str, list[str]] = {}
     for n in needs:
         for host, path in n.paths:
@@ -195,7 +195,7 @@ def verify(inventory: Inventory, needs: Sequence[ModelNeed], connector: SshConne
     """Every host's copy of every model against ``expected`` (default: the manifest most hosts
     have).  A host without a manifest, with another revision or content, or with any file
     differing is ``failed`` with each mismatch named."""
-    hosts, dirs = _hosts(inventory, needs)
+    hosts, dirs = hosts_of(inventory, needs)
     scans, bad = _host_scans(hosts, dirs, connector, full=full, forks=forks)
     refs: list[Manifest] = []
     per_host: dict[str, list[tuple[str, Mismatch]]] = {h: [] for h in scans}
@@ -263,16 +263,16 @@ def stage(inventory: Inventory, needs: Sequence[ModelNeed], source: Source, conn
     ``use_hosts=False`` makes every host fetch from the source (bench/'s baseline).  Raises
     :class:`WeightsRefused` before anything moves when a host lacks the disk space."""
     started = time.monotonic()
-    progress = progress or _Quiet()
+    progress = progress or Quiet()
     expected = source_manifests(needs, source, connector, inventory, revision)
-    hosts, dirs = _hosts(inventory, needs)
+    hosts, dirs = hosts_of(inventory, needs)
     scans, bad = _host_scans(hosts, dirs, connector, full=full, forks=forks)
     jobs = {h.name: _Job(host=h) for h in hosts if h.name in scans}
     wants: dict[str, list[tuple[str, str]]] = {h: [] for h in jobs}
     holders: dict[tuple[str, str], list[str]] = {}
     extras: dict[str, list[str]] = {h: [] for h in jobs}
     rewrite: dict[str, list[str]] = {h: [] for h in jobs}  # dirs whose manifest must be (re)written
-    space: dict[str, list[tuple[str, Listing, int]]] = {h: [] for h in jobs}
+    space: dict[str, list[tuple[str, int, int, int]]] = {h: [] for h in jobs}
     sizes = {(n.model, f.path): f.size for n, m in zip(needs, expected) for f in m.files}
     for n, m in zip(needs, expected):
         for h, path in n.paths:
@@ -291,7 +291,7 @@ def stage(inventory: Inventory, needs: Sequence[ModelNeed], source: Source, conn
             if problems or lst.manifest is None or not lst.manifest.same_content(m):
                 rewrite[h].append(path)
             need = sum(sizes[(n.model, p)] for p in broken)
-            space[h].append((path, lst, need))
+            space[h].append((path, lst.fs, lst.free, need))
             jobs[h].total += need
     refused = [line for h in jobs for line in disk.refusals(h, space[h])]
     if refused:
@@ -306,7 +306,7 @@ def stage(inventory: Inventory, needs: Sequence[ModelNeed], source: Source, conn
                 source.host or None)
         _finish(inventory, jobs, needs, expected, rewrite, connector, progress, forks)
     finally:
-        _cleanup(inventory, touched, run_id, connector, forks)
+        cleanup(inventory, touched, run_id, connector, forks)
         shutil.rmtree(local_dir, ignore_errors=True)
     results = [bad.get(h.name) or HostResult(
         host=h.name, status="failed" if jobs[h.name].error else "ok", files=jobs[h.name].files,
@@ -481,7 +481,8 @@ def _finish(inventory: Inventory, jobs: Mapping[str, _Job], needs: Sequence[Mode
         jobs[u.host.name].error = u.reason
 
 
-def _cleanup(inventory: Inventory, touched: set[str], run_id: str, connector: SshConnector, forks: int) -> None:
+def cleanup(inventory: Inventory, touched: set[str], run_id: str, connector: SshConnector, forks: int) -> None:
+    """Removes the run's authorized_keys lines, keys and files from every host it touched."""
     hosts = [h for h in inventory.hosts if h.name in touched]
     def one(h: Host, t: Transport) -> None:
         t.run(auth.cleanup_argv(run_id), timeout=60, check=True)

@@ -66,10 +66,10 @@ def test_scan_output_is_parsed_with_manifest_errors_kept() -> None:
 
 
 def test_disk_refusal_names_host_paths_need_and_have() -> None:
-    small = Listing(exists=False, files={}, free=8 * 1024**2, fs=1)
-    big = Listing(exists=False, files={}, free=10**12, fs=2)
-    assert disk.refusals("h3", [("/srv/models/a", small, 6 * 1024**2), ("/srv/models/b", small, 3 * 1024**2),
-                                ("/data/c", big, 10**9)]) == [
+    small = (1, 8 * 1024**2)  # (filesystem, free)
+    big = (2, 10**12)
+    assert disk.refusals("h3", [("/srv/models/a", *small, 6 * 1024**2), ("/srv/models/b", *small, 3 * 1024**2),
+                                ("/data/c", *big, 10**9)]) == [
         "h3: /srv/models/a + /srv/models/b needs 9.0 MiB (9437184 bytes), has 8.0 MiB (8388608 bytes) free"]
 
 

@@ -188,3 +188,55 @@ def test_preflight_and_up_read_the_manifests(sandbox_fleet: Sandbox, source: Pat
         assert "nothing was started" in r.stderr
     finally:
         assert _fleet(sb, "stage", str(pb), "--source", str(source)).returncode == 0
+
+
+def test_hub_source_downloads_on_each_host_with_the_token_from_a_file(sandbox_fleet: Sandbox, tmp_path: Path) -> None:
+    """``--source hub``: the hub's own client (huggingface_hub, the hosts' python3) downloads on
+    h1 and h2 from a stand-in of the hub's file API (tests/weights/hubserver.py) on the control
+    host's sandbox address, pointed to with HF_ENDPOINT; the revision is pinned; the playbook's
+    HF_TOKEN reaches the hosts as a 0600 file (every request carried it, no output shows it, the
+    file is gone afterwards); each copy gets its manifest with the pinned revision."""
+    from launcher.sandbox.netns import Slot
+    from tests.weights.hubserver import HubServer
+
+    sb = sandbox_fleet
+    if sb.state.slot is None:
+        pytest.skip("the hub stand-in listens on the sandbox's own address (netns mode only)")
+    missing = subprocess.run(["/usr/bin/python3", "-c", "import huggingface_hub"], capture_output=True)
+    if missing.returncode != 0:
+        pytest.fail("the sandbox hosts' python3 lacks huggingface_hub (scripts/install.sh installs it)")
+    token, commit = "hf_test_" + os.urandom(8).hex(), hashlib.sha1(b"fleet").hexdigest()
+    repos = {TARGET: {"config.json": b'{"hidden_size": 64}', "model.safetensors": os.urandom(3 * MB),
+                      "original/blob.bin": os.urandom(MB)},
+             DRAFT: {"config.json": b"{}", "model.safetensors": os.urandom(MB)}}
+    pb = tmp_path / "hub.yaml"
+    pb.write_text(PLAYBOOK.read_text().replace("hosts: h100", "hosts: h1:h2")
+                  + "secrets:\n  - name: HF_TOKEN\n    from_env: WEIGHTS_TEST_HF_TOKEN\n")
+    with HubServer(repos, commit, token, Slot(index=sb.state.slot).root_address) as hub:
+        env = {**os.environ, "HF_ENDPOINT": hub.url, "WEIGHTS_TEST_HF_TOKEN": token,
+               "FLEET_FACTS_DIR": str(tmp_path / "facts")}
+
+        def fleet(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(["fleet", "weights", *args, "-i", sb.inventory, "--known-hosts", sb.known_hosts],
+                                  capture_output=True, text=True, timeout=600, cwd=REPO, env=env)  # fmt: skip
+
+        try:
+            r = fleet("stage", str(pb), "--source", "hub")
+            assert (r.returncode, r.stderr.strip().splitlines()[-1]) == (2, (
+                "fleet: error: --source hub needs --revision (a commit hash or tag): every rank must get the same "
+                "files"))
+            r = fleet("stage", str(pb), "--source", "hub", "--revision", commit, "--json")
+            assert r.returncode == 0, r.stderr
+            assert token not in r.stdout + r.stderr
+            files_api = [(p, had) for p, had in hub.requests if p.startswith("/api/models/") or "/resolve/" in p]
+            assert files_api and all(had for _, had in files_api)  # (the client also pings /api/agent-harnesses)
+            for h in ("h1", "h2"):
+                for model, files in repos.items():
+                    copy = _on_host(sb, h, f"/srv/models/{model}")
+                    assert {p: copy.joinpath(p).read_bytes() for p in files} == files
+                    assert json.loads((copy / "fleet-weights.json").read_text())["revision"] == commit
+                assert sb.ssh(h, "ls /run | grep fleet-weights-").out == ""
+            assert fleet("verify", str(pb), "--full").returncode == 0
+        finally:
+            for h in ("h1", "h2"):
+                sb.ssh(h, "rm -rf /srv/models/openai /srv/models/lmsys")
