@@ -82,3 +82,10 @@ class HostKeyError(FleetError):
     def __init__(self, host: str, reason: str) -> None:
         self.host = host
         super().__init__(f"{host}: host key {reason}")
+
+
+class NotServingError(FleetError):
+    """A deployment that is not healthy, or whose endpoint does not answer, was asked to serve
+    a benchmark: refused before any request is sent."""
+
+    exit_code = ExitCode.BAD_INPUT

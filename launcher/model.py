@@ -361,6 +361,18 @@ class Rollout:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class BenchSettings:
+    """A playbook's defaults for ``fleet bench`` (its flags override each one)."""
+
+    shapes: tuple[str, ...] = ()  # "50k+1.5k", "8k+1k", "IN+OUT"; () = the catalog's two
+    concurrency: tuple[int, ...] = ()  # () = 1, 4, 16
+    slo: str | None = None  # "ttft=MS,tpot=MS"; None = fleet's default (the catalog states none)
+    scale: float = 1.0  # lengths multiplied by this (small engines such as the sandbox's)
+    tokenizer: str | None = None  # HF id or local dir; "fleet-words": fleet's word-level one; None = the recipe's model
+    source: Source = UNKNOWN_SOURCE
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SecretRef:
     """A secret the operator supplies at run time: from an env var of fleet's own process or a
     file on the control node.  Its value never appears in argv, logs or world-readable files."""
@@ -395,6 +407,7 @@ class Playbook:
     # instead of starting a download on every rank.  "download": engines fetch from the hub.
     weights: Literal["download", "staged"] = "download"
     metrics: Metrics = Metrics()
+    bench: BenchSettings = BenchSettings()
     source: Source = UNKNOWN_SOURCE
 
 

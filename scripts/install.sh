@@ -29,3 +29,12 @@ python3 -m pip install -q --disable-pip-version-check -e '.[test]'
 # Byte-compile fleet as a wheel install would: with PYTHONDONTWRITEBYTECODE set (as in some CI
 # images) an editable checkout would otherwise re-compile every module in every fleet process.
 python3 -m compileall -q launcher >/dev/null
+
+# fleet bench's client: aiperf, in a venv of its own (its pinned dependencies -- transformers,
+# pandas, pydantic, zmq ... -- would clash with fleet's).  ~1.2 GB, about a minute.
+AIPERF_VENV=/opt/fleet-aiperf
+AIPERF_VERSION=0.13.0
+if ! "$AIPERF_VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('aiperf') != '$AIPERF_VERSION')" 2>/dev/null; then
+  python3 -m venv "$AIPERF_VENV"
+  "$AIPERF_VENV/bin/python" -m pip install -q --disable-pip-version-check "aiperf==$AIPERF_VERSION"
+fi

@@ -22,7 +22,7 @@ _COMMANDS: dict[str, str] = {
     "sandbox": "sandbox", "up": "deploy", "down": "deploy", "unlock": "deploy", "status": "deploy",
     "logs": "deploy", "demo": "deploy", "facts": "preflight", "preflight": "preflight",
     "collect": "preflight", "restart": "rolling", "rollback": "rolling", "weights": "weights",
-    "metrics": "metrics", "top": "top",
+    "metrics": "metrics", "top": "top", "bench": "bench",
 }  # fmt: skip
 
 

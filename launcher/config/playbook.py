@@ -97,10 +97,27 @@ def check_playbook(playbook: Playbook, node: Map, catalog: Catalog, inventory: I
     for name, port in playbook.ports.items():
         if not 1 <= port <= 65535:
             raise InputError(_at(node, f"ports/{name}").source, f"should be a port (1-65535), got {port}", f"ports/{name}")
+    _check_bench(playbook, node)
     if playbook.rollout.max_unavailable < 1:
         raise InputError(
             _at(node, "rollout/max_unavailable").source, "should be at least 1", "rollout/max_unavailable"
         )
+
+
+def _check_bench(playbook: Playbook, node: Map) -> None:
+    """The ``bench`` section's values parse as ``fleet bench`` will read them."""
+    from launcher.bench.spec import MAX_CONCURRENCY, parse_shape, parse_slo
+
+    bench = playbook.bench
+    for i, shape in enumerate(bench.shapes):
+        parse_shape(shape, _at(node, f"bench/shapes/{i}").source, f"bench/shapes/{i}")
+    if bench.slo is not None:
+        parse_slo(bench.slo, "playbook", _at(node, "bench/slo").source)
+    for i, level in enumerate(bench.concurrency):
+        if not 1 <= level <= MAX_CONCURRENCY:
+            raise InputError(_at(node, f"bench/concurrency/{i}").source, f"should be 1 to {MAX_CONCURRENCY}", f"bench/concurrency/{i}")
+    if not bench.scale > 0:
+        raise InputError(_at(node, "bench/scale").source, "should be a positive number", "bench/scale")
 
 
 def _key_source(node: Map, parent: str, key: str) -> Node:

@@ -17,7 +17,11 @@ because this machine has no GPUs.  It honours the real contract, not a simplifie
 - HTTP (rank 0 only): /health, /health_generate, /ready (503 while starting or draining),
   /model_info, /server_info (+ the /get_* aliases the router probes), /v1/models, /generate,
   /v1/completions, /v1/chat/completions (SSE when ``stream``), OpenAI-shaped with usage.
-  Every generated token takes FLEET_STANDIN_TOKEN_MS ms (20).
+  Every generated token takes FLEET_STANDIN_TOKEN_MS ms (20), the first one included: token i of a
+  request is sent at (i + 1) x that delay after it was admitted (paced against the clock, so
+  per-token overhead does not add up), and ``usage`` counts the whitespace-separated words of the
+  prompt and the tokens sent.  FLEET_STANDIN_FAIL_EVERY=N answers every Nth generation request
+  on this engine with HTTP 500 before any token (a failure a benchmark client must count).
 - /metrics: the engine's own Prometheus names for load and latency (:mod:`standin.metrics`;
   SGLang only with ``--enable-metrics``, 404 otherwise, as SGLang); requests beyond
   ``--max-running-requests`` / ``--max-num-seqs`` (256) wait for a running slot.
@@ -575,6 +579,8 @@ class Engine:
         self.s = settings
         self.env = env
         self.token_s = float(env.get("FLEET_STANDIN_TOKEN_MS", "20")) / 1000.0
+        self.fail_every = int(env.get("FLEET_STANDIN_FAIL_EVERY", "0"))
+        self.generations = 0  # generation requests accepted, for FLEET_STANDIN_FAIL_EVERY
         self.pd_timeout = float(env.get("FLEET_STANDIN_PD_TIMEOUT", "30"))
         self.healthy = threading.Event()
         self.draining = threading.Event()
@@ -598,6 +604,12 @@ class Engine:
                 return False
             self.inflight += 1
             return True
+
+    def injected_failure(self) -> bool:
+        """True for every ``fail_every``-th generation request (FLEET_STANDIN_FAIL_EVERY)."""
+        with self.lock:
+            self.generations += 1
+            return self.fail_every > 0 and self.generations % self.fail_every == 0
 
     def leave(self) -> None:
         with self.lock:
@@ -771,6 +783,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self._json(503, {"error": {"message": "server is not ready", "code": 503}})
             return
         try:
+            if self.engine.injected_failure():
+                LOG("request_failed", kind=kinds[path], error="FLEET_STANDIN_FAIL_EVERY")
+                self._json(500, {"error": {"message": "injected failure (FLEET_STANDIN_FAIL_EVERY)", "code": 500}})
+                return
             with self.engine.stats.admitted(_prompt_tokens(body)) as timing:
                 self._generate(kinds[path], body, timing)
         finally:
@@ -818,6 +834,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         LOG("request_start", rid=rid, kind=kind, max_tokens=n, **_origin_fields(origin))
         stream = bool(body.get("stream"))
         sent_text = []
+        arrived = time.monotonic()
         try:
             if stream:
                 self.send_response(200)
@@ -828,8 +845,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self.close_connection = True
                 if kind == "chat":
                     self._sse(_chunk(ident, created, model, {"role": "assistant", "content": ""}))
-            for tok in _tokens(n):
-                time.sleep(e.token_s)
+            for i, tok in enumerate(_tokens(n)):
+                time.sleep(max(0.0, arrived + (i + 1) * e.token_s - time.monotonic()))
                 timing.token()
                 sent_text.append(tok)
                 if not stream:

@@ -1,0 +1,6 @@
+"""``fleet bench``: a deployment's public endpoint measured with a maintained benchmark client
+(aiperf), reported in the catalog's terms (goodput within an SLO, normalised per 8 GPUs) beside
+the recipe's figures, kept and compared.  Modules: ``spec`` (shapes, SLO, sweep: pure),
+``client`` (the client's argv and run), ``results`` (its export -> the report model), ``report``
+(markdown table, PNG plot), ``store`` (saved runs, compare), ``run`` (one sweep against a
+deployment).  See docs/bench.md."""

@@ -1,0 +1,121 @@
+"""The benchmark client: NVIDIA's aiperf (``aiperf profile``), run on the control host from its
+own venv (docs/bench.md says why), one process per concurrency level.
+
+Contract: :func:`aiperf_argv` is pure (argv only; a secret such as HF_TOKEN goes in the
+environment, never argv).  :func:`run_level` runs one level, bounded in time (the client stops
+issuing requests after ``duration_s`` and is killed, with its process group, if it overruns),
+and returns the summary export; a client that fails is a one-line :class:`FleetError`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from launcher.bench.spec import Shape, Slo
+from launcher.errors import FleetError
+
+AIPERF_VERSION = "0.13.0"
+# scripts/install.sh puts aiperf in its own venv here (its dependencies would clash with fleet's).
+DEFAULT_AIPERF = "/opt/fleet-aiperf/bin/aiperf"
+# The word-level tokenizer fleet ships: one token per whitespace-separated word, as the
+# sandbox's stand-in engine and its generated real-engine model count them.
+WORDS_TOKENIZER = "fleet-words"
+GRACE_S = 30.0  # aiperf waits this long for answers in flight once the duration is over
+START_S = 120.0  # aiperf's own start-up (its services, the tokenizer, the prompts)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LevelSpec:
+    """One client run: ``concurrency`` requests kept in flight, at most ``requests`` sent, none
+    started after ``duration_s``."""
+
+    url: str  # the endpoint's base URL
+    model: str
+    tokenizer: str  # HF id or local directory
+    shape: Shape
+    slo: Slo
+    concurrency: int
+    requests: int
+    duration_s: float
+    timeout_s: float  # one request's limit
+
+
+def aiperf_path() -> str:
+    """``$FLEET_AIPERF`` or the install script's venv."""
+    return os.environ.get("FLEET_AIPERF") or DEFAULT_AIPERF
+
+
+def tokenizer_path(name: str) -> str:
+    """``fleet-words`` -> the shipped tokenizer's directory; anything else as given."""
+    return str(Path(__file__).with_name("words")) if name == WORDS_TOKENIZER else name
+
+
+def aiperf_argv(exe: str, spec: LevelSpec, artifacts: Path) -> tuple[str, ...]:
+    """Fixed lengths (no spread, ``ignore_eos`` so every request generates all its tokens),
+    streaming completions, goodput counted by aiperf against TTFT and TPOT (its
+    ``inter_token_latency``), summary export only, no live UI."""
+    goodput = f"time_to_first_token:{spec.slo.ttft_ms:g} inter_token_latency:{spec.slo.tpot_ms:g}"
+    return (
+        exe, "profile", "--model", spec.model, "--url", spec.url, "--endpoint-type", "completions",
+        "--streaming", "--tokenizer", tokenizer_path(spec.tokenizer),
+        "--prompt-input-tokens-mean", str(spec.shape.input_len), "--prompt-input-tokens-stddev", "0",
+        "--prompt-output-tokens-mean", str(spec.shape.output_len), "--prompt-output-tokens-stddev", "0",
+        "--extra-inputs", "ignore_eos:true", "--concurrency", str(spec.concurrency),
+        "--request-count", str(spec.requests), "--benchmark-duration", f"{spec.duration_s:g}",
+        "--benchmark-grace-period", f"{GRACE_S:g}", "--request-timeout-seconds", f"{spec.timeout_s:g}",
+        "--goodput", goodput, "--random-seed", "42", "--artifact-dir", str(artifacts),
+        "--ui-type", "none", "--no-server-metrics", "--no-gpu-telemetry",
+    )  # fmt: skip
+
+
+def client_env(secrets: Mapping[str, str]) -> dict[str, str]:
+    """fleet's environment plus the deployment's HF_TOKEN (a gated model's tokenizer)."""
+    env = dict(os.environ, HF_HUB_DISABLE_TELEMETRY="1")
+    if "HF_TOKEN" in secrets:
+        env["HF_TOKEN"] = secrets["HF_TOKEN"]
+    return env
+
+
+def run_level(spec: LevelSpec, artifacts: Path, secrets: Mapping[str, str]) -> dict[str, Any]:
+    """Run aiperf for one level; its console output goes to ``artifacts/client.log``."""
+    exe = aiperf_path()
+    if not Path(exe).is_file():
+        raise FleetError(f"benchmark client not found at {exe} (run scripts/install.sh, or set FLEET_AIPERF)")
+    artifacts.mkdir(parents=True, exist_ok=True)
+    log = artifacts / "client.log"
+    bound = START_S + spec.duration_s + GRACE_S
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            aiperf_argv(exe, spec, artifacts), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            env=client_env(secrets), start_new_session=True,  # its own group: its services end with it
+        )  # fmt: skip
+        try:
+            code = proc.wait(timeout=bound)
+        except subprocess.TimeoutExpired:
+            _kill(proc)
+            raise FleetError(f"aiperf at concurrency {spec.concurrency} did not finish within {bound:g}s (log: {log})") from None
+        except BaseException:  # Ctrl-C, SIGTERM: no load left behind
+            _kill(proc)
+            raise
+    export = artifacts / "profile_export_aiperf.json"
+    if code != 0 or not export.is_file():
+        raise FleetError(f"aiperf at concurrency {spec.concurrency} exited {code}: {_last_error(log)} (log: {log})")
+    doc: dict[str, Any] = json.loads(export.read_text())
+    return doc
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _last_error(log: Path) -> str:
+    lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    errors = [ln for ln in lines if " ERROR " in ln or "Error" in ln]
+    return (errors or lines or ["no output"])[-1][:300]

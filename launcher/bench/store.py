@@ -1,0 +1,110 @@
+"""Saved bench runs: one JSON file per run under ``$FLEET_BENCH_DIR`` (else
+``$XDG_STATE_HOME/fleet/bench``, ``~/.local/state`` without it), named
+``<deployment>-g<generation>-<shape>-<UTC time>``; and the catalog's tuned-vs-baseline view of two.
+
+Contract: :func:`save` writes atomically (0644: a report holds no secret); :func:`load` takes a
+run's name or a unique prefix of it and raises :class:`UsageError` naming the candidates
+otherwise; :func:`compare` is pure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from launcher.bench.results import Run, run_from_json, to_json
+from launcher.errors import UsageError
+
+
+def root() -> Path:
+    explicit = os.environ.get("FLEET_BENCH_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "fleet" / "bench"
+
+
+def run_id(run: Run) -> str:
+    stamp = re.sub(r"[^0-9T]", "", run.started)[:15]  # 20261201T145400
+    shape = re.sub(r"[^0-9A-Za-z.+x]", "", run.shape.label)
+    gen = "-" if run.generation is None else str(run.generation)
+    return f"{run.deployment}-g{gen}-{shape}-{stamp}"
+
+
+def save(run: Run, where: Path | None = None) -> Run:
+    """Store ``run`` under its id; returns it with the id set."""
+    directory = where or root()
+    directory.mkdir(parents=True, exist_ok=True)
+    saved = replace(run, id=run_id(run))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+    with os.fdopen(fd, "w") as f:
+        json.dump(to_json(saved), f, indent=1)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, directory / f"{saved.id}.json")
+    return saved
+
+
+def runs(where: Path | None = None) -> tuple[Run, ...]:
+    """Every saved run, oldest first."""
+    directory = where or root()
+    found = [run_from_json(json.loads(p.read_text()), p.stem) for p in sorted(directory.glob("*.json"))]
+    return tuple(sorted(found, key=lambda r: (r.started, r.id)))
+
+
+def load(name: str, where: Path | None = None) -> Run:
+    directory = where or root()
+    exact = directory / f"{name}.json"
+    if exact.is_file():
+        return run_from_json(json.loads(exact.read_text()), name)
+    matches = sorted(p.stem for p in directory.glob(f"{glob_escape(name)}*.json"))
+    if len(matches) == 1:
+        return load(matches[0], directory)
+    if not matches:
+        raise UsageError(f"no saved bench run {name!r} in {directory} (see `fleet bench list`)")
+    raise UsageError(f"{name!r} names {len(matches)} saved runs: {', '.join(matches[:5])}")
+
+
+def glob_escape(text: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", text)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Comparison:
+    """B against A, the way the catalog reports a tuned variant against its baseline."""
+
+    a: Run
+    b: Run
+    goodput_pct: float | None  # B's best goodput vs A's, per 8 GPUs when both know their GPUs
+    per_8gpu: bool
+    ttft_p50_pct: float | None  # at the level where each had its best goodput
+    tpot_p50_pct: float | None
+    warnings: tuple[str, ...]
+
+
+def _pct(new: float | None, old: float | None) -> float | None:
+    return None if new is None or not old else (new / old - 1.0) * 100.0
+
+
+def compare(a: Run, b: Run) -> Comparison:
+    """``+44.0% goodput at 8k+1k``: normalised per 8 GPUs when both runs know their GPU count."""
+    warnings = []
+    if (a.shape.input_len, a.shape.output_len) != (b.shape.input_len, b.shape.output_len):
+        warnings.append(f"different shapes: {a.shape.label} vs {b.shape.label}")
+    if (a.slo.ttft_ms, a.slo.tpot_ms) != (b.slo.ttft_ms, b.slo.tpot_ms):
+        warnings.append(
+            f"different SLOs: ttft={a.slo.ttft_ms:g},tpot={a.slo.tpot_ms:g} vs ttft={b.slo.ttft_ms:g},tpot={b.slo.tpot_ms:g}"
+        )
+    per8 = a.goodput_per_8gpu_tok_s is not None and b.goodput_per_8gpu_tok_s is not None
+    pa = a.goodput_per_8gpu_tok_s if per8 else a.goodput_tok_s
+    pb = b.goodput_per_8gpu_tok_s if per8 else b.goodput_tok_s
+    ba, bb = a.best, b.best
+    return Comparison(
+        a=a, b=b, goodput_pct=_pct(pb, pa), per_8gpu=per8,
+        ttft_p50_pct=_pct(bb.ttft_ms_p50 if bb else None, ba.ttft_ms_p50 if ba else None),
+        tpot_p50_pct=_pct(bb.tpot_ms_p50 if bb else None, ba.tpot_ms_p50 if ba else None),
+        warnings=tuple(warnings),
+    )  # fmt: skip
