@@ -24,7 +24,7 @@ from launcher.bench.spec import (
     CATALOG_SHAPES, DEFAULT_CONCURRENCY, Shape, Slo, default_slo, parse_concurrency, parse_shape, parse_slo,
 )  # fmt: skip
 from launcher.cli import cli
-from launcher.cli.common import connector, load_inputs, ssh_options
+from launcher.cli.common import connector, ssh_options
 from launcher.model import Playbook
 from launcher.output import print_table, table
 
@@ -88,10 +88,10 @@ def run_command(
     """Drive PLAYBOOK's endpoint (its router, else rank 0) with aiperf at each concurrency and
     report goodput within the SLO, normalised per 8 GPUs, beside the recipe's figures.  Refuses
     a deployment that is not healthy before sending anything."""
-    from launcher.cli.deploy import planned, target_of
     from launcher.deploy.demo import endpoint
     from launcher.deploy.secrets import resolve
     from launcher.deploy.status import status
+    from launcher.pipeline import deployment, load_inputs, target_of
 
     levels_flag = parse_concurrency(concurrency) if concurrency is not None else None
     if slo is not None:
@@ -110,14 +110,15 @@ def run_command(
     hub = tok != WORDS_TOKENIZER and not Path(tok).is_dir()
     wanted = tuple(s for s in pb.secrets if s.name == "HF_TOKEN") if hub else ()
     secret_values = resolve(wanted, secrets) if wanted else {}
-    the_plan = planned(inputs)
-    target = target_of(inputs, the_plan, None, {})
+    dep = deployment(inputs)
+    target = target_of(dep)
     with connector(known_hosts, trust_new_hosts) as conn:
         rows = status(target, conn.connect, forks)
     refuse_unhealthy(target.deployment, rows)
     url = endpoint(target).url
     check_endpoint(url)
 
+    the_plan = dep.plan
     engines = [u for u in the_plan.units if u.role in ENGINE_ROLES]
     image = engines[0].container.image if engines and engines[0].container else recipe.image
     gpus = engine_gpus(the_plan.units)

@@ -7,26 +7,16 @@ agrees on every request."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator
-
 import pytest
 
 from launcher.bench.client import LevelSpec, aiperf_path, run_level
 from launcher.bench.results import level_from_aiperf
 from launcher.bench.spec import Shape, Slo
-from tests.sandbox.test_standin import Proc, free_port, wait_status
+from tests.sandbox.test_standin import Proc, free_port, procs, wait_status  # noqa: F401 - procs: fixture
 
 pytestmark = pytest.mark.skipif(
     not Path(aiperf_path()).is_file(), reason=f"aiperf not installed at {aiperf_path()} (scripts/install.sh)"
 )
-
-
-@pytest.fixture
-def procs() -> Iterator[list[Proc]]:
-    started: list[Proc] = []
-    yield started
-    for p in started:
-        p.stop()
 
 
 def standin(procs: list[Proc], **env: str) -> str:
