@@ -17,7 +17,8 @@ quotes by hand.
   ``--env-file`` cannot carry newlines, so it is never used.
 
 Contract: NUL characters and lone surrogates cannot be represented by any target and raise
-:class:`QuotingError`; env names must be shell identifiers.
+:class:`QuotingError`; env names must be shell identifiers that neither the sourcing shell nor
+the host's docker client reads as its own settings (see ``_HOST_ENV``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,22 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SHELL_RESERVED = frozenset(
     {"BASHOPTS", "BASH_ARGV0", "BASH_VERSINFO", "EUID", "IFS", "PPID", "SHELLOPTS", "UID", "ENV", "BASH_ENV"}
 )
+# run.sh `set -a`-sources the unit's env files and then runs the host's docker client, so every
+# name there is in that client's environment too.  These would reconfigure the host rather than
+# the engine (why, per name or prefix).  Not here, on purpose: PATH (run.sh resolves docker
+# before loading the env; a venv PATH is a feature of native units) and HTTP(S)_PROXY/NO_PROXY
+# (the engine needs them to fetch weights; the client uses them only for a tcp DOCKER_HOST,
+# which is refused).
+_HOST_ENV = {
+    "HOME": "the docker client reads its config and registry credentials from $HOME/.docker",
+    "GODEBUG": "it changes the docker client's Go runtime (e.g. its TLS and certificate checks)",
+}
+_HOST_ENV_PREFIXES = {
+    "DOCKER_": "the docker client's own settings (DOCKER_HOST picks the daemon, DOCKER_CONFIG its "
+    "credentials, DOCKER_CERT_PATH/TLS_VERIFY its TLS)",
+    "LD_": "the dynamic loader (LD_PRELOAD, LD_AUDIT, LD_LIBRARY_PATH) would load code into the "
+    "host's shell and docker client",
+}
 # Bare systemd tokens: nothing that quoting, escaping, specifiers or the first-token prefixes
 # (``@-:+!``) could touch.  ``%`` and ``$`` are handled by doubling before this check.
 _SYSTEMD_BARE = re.compile(r"[A-Za-z0-9_/.,=:+@%$-]+")
@@ -52,11 +69,29 @@ def _check_text(what: str, text: str) -> None:
         raise QuotingError(f"{what}: is not valid Unicode text (lone surrogate)") from None
 
 
-def check_env_name(name: str) -> None:
+def env_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a unit's env name (one line), or None."""
     if not _ENV_NAME.fullmatch(name):
-        raise QuotingError(f"env name {name!r}: must match [A-Za-z_][A-Za-z0-9_]*")
+        return "must match [A-Za-z_][A-Za-z0-9_]*"
     if name in _SHELL_RESERVED:
-        raise QuotingError(f"env name {name!r}: is reserved by the shell that loads the env file")
+        return "is reserved by the shell that loads the env file"
+    why = _HOST_ENV.get(name) or next((w for p, w in _HOST_ENV_PREFIXES.items() if name.startswith(p)), None)
+    return f"would reconfigure the host, not the engine: {why}" if why else None
+
+
+def check_env_name(name: str) -> None:
+    problem = env_name_problem(name)
+    if problem is not None:
+        raise QuotingError(f"env name {name!r}: {problem}")
+
+
+def text_problem(text: str) -> str | None:
+    """Why ``text`` cannot be an argv token or env value (NUL; lone surrogates), or None."""
+    try:
+        _check_text("", text)
+    except QuotingError as err:
+        return str(err).removeprefix(": ")
+    return None
 
 
 def shell_join(argv: Iterable[str]) -> str:

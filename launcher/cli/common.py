@@ -26,14 +26,16 @@ def ssh_options(f: Callable[..., None]) -> Callable[..., None]:
     f = click.option("--trust-new-hosts", is_flag=True,
                      help="Record the keys of hosts never seen before (changed keys are still refused).")(f)
     f = click.option("--known-hosts", "known_hosts", multiple=True, metavar="FILE",
-                     help="Extra known_hosts file (repeatable); ~/.ssh/known_hosts is always read.")(f)
+                     help="Extra known_hosts file (repeatable), read after each host's own (its "
+                          "UserKnownHostsFile, else ~/.ssh/known_hosts) and /etc/ssh/ssh_known_hosts.")(f)
     f = click.option("-i", "--inventory", "inventory_path", required=True, metavar="INV",
                      help="Ansible inventory (YAML or INI).")(f)
     return f
 
 
 def connector(known_hosts: Sequence[str], trust_new: bool) -> SshConnector:
-    """Strict host-key checking against ``known_hosts`` files and ``~/.ssh/known_hosts``."""
+    """Strict host-key checking against each host's known_hosts files (OpenSSH's, as its ssh
+    settings name them) and ``known_hosts``."""
     return SshConnector(KnownHosts.for_operator(tuple(known_hosts), trust_new=trust_new))
 
 

@@ -16,8 +16,10 @@ from typing import Mapping
 from launcher.config.patterns import select
 from launcher.config.recipes import Catalog
 from launcher.config.schema import decode_as
+from launcher.config.unitinputs import check_unit_inputs
 from launcher.config.yamlpos import Map, Node, find, load_mapping
 from launcher.errors import InputError
+from launcher.quoting import env_name_problem
 from launcher.model import Inventory, Playbook, Role, Topology
 
 ROLES: Mapping[Topology, tuple[tuple[Role, ...], tuple[Role, ...]]] = {
@@ -29,11 +31,11 @@ ROLES: Mapping[Topology, tuple[tuple[Role, ...], tuple[Role, ...]]] = {
 # Engine roles may run several instances; router, Mooncake master and gateway run once.
 REPLICATED: tuple[Role, ...] = ("single", "rank", "prefill", "decode")
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def load_playbook(path: Path | str, catalog: Catalog, inventory: Inventory) -> Playbook:
     node = load_mapping(path)
+    check_unit_inputs(node, ("overrides/env",))
     playbook = decode_as(node, Playbook, given={"path": str(path)})
     check_playbook(playbook, node, catalog, inventory)
     return playbook
@@ -87,8 +89,9 @@ def check_playbook(playbook: Playbook, node: Map, catalog: Catalog, inventory: I
     for i, secret in enumerate(playbook.secrets):
         where = f"secrets/{i}"
         src = _at(node, where).source
-        if not _ENV_NAME.match(secret.name):
-            raise InputError(src, f"name should be an environment variable name, got {secret.name!r}", where)
+        problem = env_name_problem(secret.name)
+        if problem is not None:
+            raise InputError(src, f"env name {secret.name!r}: {problem}", where)
         if secret.name in seen:
             raise InputError(src, f"secret {secret.name!r} is listed twice", where)
         seen.add(secret.name)

@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import Any, Iterator, Mapping
 
 from launcher.config.schema import decode_as, did_you_mean, field_hints
+from launcher.config.unitinputs import check_unit_inputs
 from launcher.config.yamlpos import Map, describe, find, parse_yaml, read_text
 from launcher.errors import InputError
 from launcher.model import Constraint, Parallelism, Recipe, Source
@@ -151,6 +152,7 @@ def load_recipe(path: Path, family: str) -> tuple[Recipe, Map]:
             raise InputError(
                 knode.source, f"{key!r} comes from the path recipes/<family>/<variant>.yaml; remove it"
             )
+    check_unit_inputs(node, ("env",))
     recipe = decode_as(node, Recipe, given={"id": f"{family}/{variant}", "family": family})
     check_recipe(recipe, node)
     return recipe, node

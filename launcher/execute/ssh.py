@@ -6,9 +6,12 @@ Jump hosts are connected once and shared by every host behind them (one ``direct
 channel per target on the jump host's transport).
 
 Where the settings come from, strongest first: the inventory (``ansible_host``/``_port``/
-``_user``/``_ssh_private_key_file``/``_ssh_common_args`` with ``-J`` or ``-o ProxyJump=``),
-then ``~/.ssh/config`` (HostName, User, Port, IdentityFile, ProxyJump), then defaults (the local
-user, port 22, ssh-agent and ``~/.ssh/id_*``).
+``_user``/``_ssh_private_key_file``/``_ssh_common_args`` with ``-J`` or ``-o ProxyJump=``, and
+``-o`` UserKnownHostsFile / GlobalKnownHostsFile / StrictHostKeyChecking), then ``~/.ssh/config``
+(HostName, User, Port, IdentityFile, ProxyJump and the same three), then defaults (the local
+user, port 22, ssh-agent and ``~/.ssh/id_*``, OpenSSH's known_hosts files, strict checking).
+Host keys are checked by :mod:`launcher.execute.hostkeys`; a setting weaker than strict that the
+operator wrote is said (logged) once per run and source.
 """
 
 from __future__ import annotations
@@ -24,11 +27,12 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
-from launcher.errors import HostKeyError, InputError, RemoteError, UnreachableError
+from launcher.errors import HostKeyError, InputError, RemoteError, UnreachableError, UsageError
 from launcher.execute.command import Command, Token
-from launcher.execute.hostkeys import KnownHosts, StrictPolicy, host_key_name
+from launcher.execute.hostcert import CERT_SUFFIX
+from launcher.execute.hostkeys import KnownHosts, StrictPolicy, Trust, host_key_name
 from launcher.execute.sshlib import allow_match_exec, paramiko
 from launcher.execute.transport import CommandTimeout, Result, get_command, put_command
 from launcher.model import Host
@@ -36,6 +40,8 @@ from launcher.model import Host
 # paramiko logs every failed handshake at ERROR, traceback included; fleet reports those as
 # one-line UnreachableErrors, so its records must not reach the operator's terminal.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
+log = logging.getLogger("fleet.execute")
 
 _PORT_VARS = ("ansible_port", "ansible_ssh_port")
 _READ_CHUNK = 65536
@@ -64,13 +70,14 @@ class Endpoint:
     address: str
     port: int
     user: str
+    trust: Trust  # how its host key is checked
     key_files: tuple[str, ...] = ()
     via: Endpoint | None = None  # the last jump host before this one
 
     @property
     def route(self) -> tuple[object, ...]:
-        """Cache key: two hosts with the same route share one connection."""
-        return (self.user, self.address, self.port, self.via.route if self.via else None)
+        """Cache key: two hosts with the same route (and host-key trust) share one connection."""
+        return (self.user, self.address, self.port, self.trust, self.via.route if self.via else None)
 
     @property
     def known_name(self) -> str:
@@ -92,32 +99,48 @@ def load_ssh_config(path: str | None) -> paramiko.SSHConfig | None:
     return config
 
 
-def proxy_jump_from_args(host: Host) -> str | None:
-    """The ProxyJump spec in ``ansible_ssh_common_args`` (``-J spec``, ``-o ProxyJump=spec``)."""
+def ssh_args(host: Host) -> dict[str, str]:
+    """The options in ``ansible_ssh_common_args`` that fleet honours, keys lower-cased:
+    ``-o Key=value`` / ``-o "Key value"`` / ``-oKey=value``, and ``-J spec`` as ``proxyjump``.
+    As in OpenSSH, the first value given for a key wins."""
     if not host.ssh_common_args:
-        return None
+        return {}
     where = f"{host.name}/ansible_ssh_common_args"
     try:
         tokens = shlex.split(host.ssh_common_args)
     except ValueError as err:
-        raise InputError(host.source, f"cannot split {host.ssh_common_args!r}: {err}", where)
+        raise InputError(host.source, f"cannot split {host.ssh_common_args!r}: {err}", where) from None
+    out: dict[str, str] = {}
     for i, tok in enumerate(tokens):
         nxt = tokens[i + 1] if i + 1 < len(tokens) else None
         if tok == "-J" and nxt is not None:
-            return nxt
-        if tok.startswith("-J") and len(tok) > 2:
-            return tok[2:]
+            out.setdefault("proxyjump", nxt)
+        elif tok.startswith("-J") and len(tok) > 2:
+            out.setdefault("proxyjump", tok[2:])
         option = nxt if tok == "-o" else tok[2:] if tok.startswith("-o") else None
         if not option:
             continue
         key, sep, value = option.partition("=")
         if not sep:
-            key, _, value = option.partition(" ")
-        if key.strip().lower() == "proxyjump":
-            return value.strip()
-        if key.strip().lower() == "proxycommand":
+            key, _, value = option.strip().partition(" ")
+        key = key.strip().lower()
+        if key == "proxycommand":
             raise InputError(host.source, "ProxyCommand is not supported; use ProxyJump", where)
-    return None
+        out.setdefault(key, value.strip())
+    return out
+
+
+def _trust(known: KnownHosts, args: Mapping[str, str], cfg: paramiko.SSHConfigDict, said: str) -> Trust:
+    """The host-key trust OpenSSH would apply: ``args`` (the command line) over ``cfg``."""
+
+    def files(key: str) -> list[str] | None:
+        value = args.get(key) or cfg.get(key)
+        return shlex.split(value) if value else None
+
+    strict_in_args = "stricthostkeychecking" in args
+    strict = args.get("stricthostkeychecking") or cfg.get("stricthostkeychecking")
+    return known.trust(files("userknownhostsfile"), files("globalknownhostsfile"), strict,
+                       said if strict_in_args else "ssh config")  # fmt: skip
 
 
 def _config_for(config: paramiko.SSHConfig | None, name: str) -> paramiko.SSHConfigDict:
@@ -131,7 +154,8 @@ def _identity_files(cfg: paramiko.SSHConfigDict) -> tuple[str, ...]:
 
 
 def _hop(
-    spec: str, config: paramiko.SSHConfig | None, via: Endpoint | None, fallback_keys: tuple[str, ...]
+    spec: str, config: paramiko.SSHConfig | None, via: Endpoint | None, fallback_keys: tuple[str, ...],
+    known: KnownHosts,
 ) -> Endpoint:
     """One ``[user@]host[:port]`` element of a ProxyJump list (``ssh://`` form accepted).  Its
     keys: IdentityFile from ssh config, else the target's key (bastions usually take the same
@@ -153,12 +177,15 @@ def _hop(
         user=user or cfg.get("user") or getpass.getuser(),
         key_files=_identity_files(cfg) or fallback_keys,
         via=via,
+        trust=_trust(known, {}, cfg, spec),
     )
 
 
-def resolve(host: Host, config: paramiko.SSHConfig | None) -> Endpoint:
-    """The connection route of an inventory host (inventory values beat ssh config)."""
+def resolve(host: Host, config: paramiko.SSHConfig | None, known: KnownHosts) -> Endpoint:
+    """The connection route of an inventory host (inventory values beat ssh config).  Raises
+    ``InputError`` for bad ssh settings."""
     cfg = _config_for(config, host.address)
+    args = ssh_args(host)
     if "proxycommand" in cfg:
         raise InputError(
             host.source, "ProxyCommand (from ssh config) is not supported; use ProxyJump",
@@ -175,14 +202,18 @@ def resolve(host: Host, config: paramiko.SSHConfig | None) -> Endpoint:
         key_files: tuple[str, ...] = (key_file,)
     else:
         key_files = _identity_files(cfg)
-    jump = proxy_jump_from_args(host) or cfg.get("proxyjump")
+    jump = args.get("proxyjump") or cfg.get("proxyjump")
     via = None
     if jump and jump.lower() != "none":
         try:
             for spec in jump.split(","):
-                via = _hop(spec.strip(), config, via, key_files)
+                via = _hop(spec.strip(), config, via, key_files, known)
         except ValueError as err:
             raise InputError(host.source, f"bad ProxyJump host {err}", host.name) from None
+    try:
+        trust = _trust(known, args, cfg, "the inventory's ansible_ssh_common_args")
+    except ValueError as err:
+        raise InputError(host.source, str(err), host.name) from None
     return Endpoint(
         label=host.name,
         address=cfg.get("hostname", host.address),
@@ -190,7 +221,30 @@ def resolve(host: Host, config: paramiko.SSHConfig | None) -> Endpoint:
         user=host.user or cfg.get("user") or getpass.getuser(),
         key_files=key_files,
         via=via,
+        trust=trust,
     )
+
+
+class _Transport(paramiko.Transport):
+    """paramiko's Transport asking for host key algorithms in OpenSSH's order for one host:
+    certificates first where a ``@cert-authority`` covers it, then the types of its known keys
+    (paramiko otherwise asks for plain keys first and never sees a certificate)."""
+
+    def __init__(self, sock: socket.socket | paramiko.Channel, *, known_types: frozenset[str], want_cert: bool,
+                 disabled_algorithms: Mapping[str, Sequence[str]] | None = None) -> None:  # fmt: skip
+        super().__init__(sock, disabled_algorithms=disabled_algorithms)
+        self._known_types = known_types
+        self._want_cert = want_cert
+
+    def _rank(self, alg: str) -> int:
+        base = alg.removesuffix(CERT_SUFFIX)
+        if base != alg:
+            return 0 if self._want_cert else 2
+        return 1 if ("ssh-rsa" if base.startswith("rsa-sha2-") else base) in self._known_types else 2
+
+    @property
+    def preferred_keys(self) -> tuple[str, ...]:
+        return tuple(sorted(super().preferred_keys, key=self._rank))
 
 
 class SshConnector:
@@ -206,6 +260,7 @@ class SshConnector:
         self._clients: dict[tuple[object, ...], paramiko.SSHClient] = {}
         self._handshakes = threading.BoundedSemaphore(options.max_handshakes)
         self._closed = False
+        self._said: set[str] = set()
 
     def __enter__(self) -> SshConnector:
         return self
@@ -216,7 +271,16 @@ class SshConnector:
     def connect(self, host: Host) -> SshTransport:
         """The host's transport, connecting on first use.  Raises ``UnreachableError``,
         ``HostKeyError`` or ``InputError`` (bad ssh settings in the inventory)."""
-        endpoint = resolve(host, self._config)
+        endpoint = resolve(host, self._config, self._known)
+        hop: Endpoint | None = endpoint
+        while hop is not None:
+            weakened = hop.trust.weakened
+            with self._lock:
+                first = weakened is not None and weakened not in self._said
+                self._said.add(weakened or "")
+            if first:
+                log.warning("%s", weakened)
+            hop = hop.via
         return SshTransport(host.name, self._client(endpoint), self.options)
 
     def endpoint(self, host: Host) -> Endpoint:
@@ -292,11 +356,15 @@ class SshConnector:
         opts = self.options
         name = endpoint.known_name
         client = paramiko.SSHClient()
-        # Only this host's known keys go in: paramiko then prefers their key type, raises
-        # BadHostKeyException on a mismatch, and asks StrictPolicy only for unknown hosts.
-        for key_type, key in self._known.keys_for(name).items():
-            client.get_host_keys().add(name, key_type, key)
-        client.set_missing_host_key_policy(StrictPolicy(self._known, endpoint.label))
+        # No known keys go in: paramiko hands every offered key to StrictPolicy.
+        client.set_missing_host_key_policy(StrictPolicy(self._known, endpoint.label, endpoint.address, endpoint.trust))
+        known_types, want_cert = self._known.preference(name, endpoint.trust)
+
+        def ordered(sock: Any, /, **kw: Any) -> _Transport:
+            # paramiko passes disabled_algorithms (older versions also GSS flags fleet never sets)
+            return _Transport(sock, known_types=known_types, want_cert=want_cert,
+                              disabled_algorithms=kw.get("disabled_algorithms"))  # fmt: skip
+
         reason: str
         try:
             with self._handshakes:
@@ -313,13 +381,11 @@ class SshConnector:
                     channel_timeout=opts.connect_timeout,
                     allow_agent=opts.use_agent,
                     look_for_keys=opts.look_for_keys,
+                    transport_factory=ordered,
                 )
-        except HostKeyError:
+        except (HostKeyError, UsageError):
             client.close()
             raise
-        except paramiko.BadHostKeyException as err:
-            client.close()
-            raise self._known.changed(endpoint.label, name, err.key, err.expected_key) from None
         except paramiko.AuthenticationException as err:
             reason = f"authentication as {endpoint.user} at {name} failed: {err}"
         except paramiko.SSHException as err:

@@ -73,7 +73,7 @@ secrets:
         ("{name: HF_TOKEN, from_env: HF_TOKEN}", "{name: HF_TOKEN}",
          "9:5: secrets/0: secret 'HF_TOKEN': set exactly one of from_env, from_file"),
         ("{name: HF_TOKEN, from_env: HF_TOKEN}", "{name: HF-TOKEN, from_env: X}",
-         "9:5: secrets/0: name should be an environment variable name, got 'HF-TOKEN'"),
+         "9:5: secrets/0: env name 'HF-TOKEN': must match [A-Za-z_][A-Za-z0-9_]*"),
         ("name: t", "name: T_1",
          "1:7: name: should be lower-case letters, digits and '-' (it names units and containers), got 'T_1'"),
         ("name: t", "name: t\nplacment: {}",
@@ -84,6 +84,30 @@ secrets:
          "2:47: rollout/max_unavailable: should be at least 1"),
         ("name: t", "name: t\nports: {http: 70000}",
          "2:15: ports/http: should be a port (1-65535), got 70000"),
+        # Issue 16 item 5: run.sh `set -a`-sources the env, then runs the host's docker client.
+        ("name: t", "name: t\noverrides:\n  env: {A: '1', DOCKER_HOST: 'tcp://10.0.0.9:2375'}",
+         "3:17: overrides/env/DOCKER_HOST: env name 'DOCKER_HOST': would reconfigure the host, not the engine: "
+         "the docker client's own settings (DOCKER_HOST picks the daemon, DOCKER_CONFIG its credentials, "
+         "DOCKER_CERT_PATH/TLS_VERIFY its TLS)"),
+        ("name: t", "name: t\noverrides:\n  env:\n    LD_PRELOAD: /tmp/x.so",
+         "4:5: overrides/env/LD_PRELOAD: env name 'LD_PRELOAD': would reconfigure the host, not the engine: the "
+         "dynamic loader (LD_PRELOAD, LD_AUDIT, LD_LIBRARY_PATH) would load code into the host's shell and "
+         "docker client"),
+        ("name: t", "name: t\noverrides:\n  env: {BASH_ENV: /tmp/x}",
+         "3:9: overrides/env/BASH_ENV: env name 'BASH_ENV': is reserved by the shell that loads the env file"),
+        ("name: t", "name: t\noverrides:\n  env: {HOME: /tmp}",
+         "3:9: overrides/env/HOME: env name 'HOME': would reconfigure the host, not the engine: the docker "
+         "client reads its config and registry credentials from $HOME/.docker"),
+        ("name: t", "name: t\noverrides:\n  env: {'A-B': x}",
+         "3:9: overrides/env/A-B: env name 'A-B': must match [A-Za-z_][A-Za-z0-9_]*"),
+        ("name: t", "name: t\noverrides:\n  env: {A: \"x\\0y\"}",
+         "3:12: overrides/env/A: contains a NUL character, which no command line or env file can carry"),
+        ("name: t", "name: t\noverrides:\n  engine_args: [--x, \"a\\0\"]",
+         "3:22: overrides/engine_args/1: contains a NUL character, which no command line or env file can carry"),
+        ("{name: HF_TOKEN, from_env: HF_TOKEN}", "{name: DOCKER_CONFIG, from_env: X}",
+         "9:5: secrets/0: env name 'DOCKER_CONFIG': would reconfigure the host, not the engine: the docker "
+         "client's own settings (DOCKER_HOST picks the daemon, DOCKER_CONFIG its credentials, "
+         "DOCKER_CERT_PATH/TLS_VERIFY its TLS)"),
     ],
 )
 def test_errors(tmp_path: Path, example_inventory: Inventory, old: str, new: str, message: str) -> None:

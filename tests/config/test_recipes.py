@@ -136,6 +136,13 @@ T = "qwen/vllm-single-a100-tuned.yaml"
         (G, "skus: [RTX-6000D]", "skus: [RTX6000D]",
          "recipes/glm/sglang-pd-6000d.yaml:9:19: hardware/skus/0: should be one of 'H100', 'H800', 'B300', 'A100', "
          "'RTX-6000D', 'Ascend-910B3', got 'RTX6000D'"),
+        (Q, 'VLLM_USE_V1: "1"', 'VLLM_USE_V1: "1"\n  DOCKER_CONFIG: /tmp/evil',
+         "recipes/qwen/vllm-single-a100.yaml:15:3: env/DOCKER_CONFIG: env name 'DOCKER_CONFIG': would reconfigure "
+         "the host, not the engine: the docker client's own settings (DOCKER_HOST picks the daemon, DOCKER_CONFIG "
+         "its credentials, DOCKER_CERT_PATH/TLS_VERIFY its TLS)"),
+        (Q, 'VLLM_USE_V1: "1"', 'VLLM_USE_V1: "1\\0"',
+         "recipes/qwen/vllm-single-a100.yaml:14:16: env/VLLM_USE_V1: contains a NUL character, which no command "
+         "line or env file can carry"),
     ],
 )
 def test_errors(tree: Path, rel: str, old: str, new: str, message: str) -> None:

@@ -62,11 +62,18 @@ class SshdFactory:
         self.client_pub = _keygen(self.client_key)
         self.started: list[Sshd] = []
 
-    def start(self, name: str, extra_config: str = "", log_level: str = "VERBOSE") -> Sshd:
-        """``log_level`` DEBUG1 also sends debug lines to the clients' stderr."""
+    def start(self, name: str, extra_config: str = "", log_level: str = "VERBOSE",
+              ca: Path | None = None, cert_args: tuple[str, ...] = ("-n", "127.0.0.1")) -> Sshd:  # fmt: skip
+        """``log_level`` DEBUG1 also sends debug lines to the clients' stderr.  With ``ca`` (a
+        private key), the host key is signed by it (``ssh-keygen -s ca -h`` + ``cert_args``)
+        and served as a host certificate."""
         d = self.root / name
         d.mkdir()
         host_pub = _keygen(d / "host_ed25519")
+        if ca is not None:
+            subprocess.run(["ssh-keygen", "-q", "-s", str(ca), "-I", f"{name}-id", "-h", *cert_args,
+                            str(d / "host_ed25519.pub")], check=True, capture_output=True)  # fmt: skip
+            extra_config += f"HostCertificate {d}/host_ed25519-cert.pub\n"
         port = free_port()
         config = d / "sshd_config"
         config.write_text(

@@ -11,7 +11,7 @@ import pytest
 from launcher.errors import InputError
 from launcher.execute.fanout import run_all
 from launcher.execute.hostkeys import KnownHosts
-from launcher.execute.ssh import SshConnector, proxy_jump_from_args, resolve
+from launcher.execute.ssh import SshConnector, resolve, ssh_args
 from launcher.execute.transport import Transport
 from launcher.model import Host
 
@@ -114,15 +114,15 @@ def test_unknown_jump_host_key_is_refused(
     ],
 )
 def test_proxy_jump_from_common_args(args: str, spec: str | None) -> None:
-    assert proxy_jump_from_args(Host(name="x", address="x", ssh_common_args=args)) == spec
+    assert ssh_args(Host(name="x", address="x", ssh_common_args=args)).get("proxyjump") == spec
 
 
 def test_jump_chain_and_bad_specs() -> None:
     host = Host(name="x", address="10.0.0.9", user="u", ssh_common_args="-J a@j1,[::1]:2200")
-    endpoint = resolve(host, None)
+    endpoint = resolve(host, None, KnownHosts())
     assert endpoint.via is not None and endpoint.via.via is not None
     assert (endpoint.via.address, endpoint.via.port) == ("::1", 2200)
     assert (endpoint.via.via.user, endpoint.via.via.address, endpoint.via.via.port) == ("a", "j1", 22)
     with pytest.raises(InputError) as info:
-        resolve(replace(host, ssh_common_args="-J j1:ssh"), None)
+        resolve(replace(host, ssh_common_args="-J j1:ssh"), None, KnownHosts())
     assert str(info.value) == "<none>:0:0: x: bad ProxyJump host j1:ssh"

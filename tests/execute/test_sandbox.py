@@ -55,3 +55,14 @@ def test_partitioned_sandbox_host_is_unreachable(sandbox_fleet: Sandbox, tmp_pat
     assert down.reason == (
         f"{victim.name}: unreachable: no answer from {victim.address}:{victim.port} within 3s"
     )
+
+
+def test_the_sandbox_inventory_alone_names_its_known_hosts(sandbox_fleet: Sandbox, tmp_path: Path) -> None:
+    """No --known-hosts: the inventory's `-o UserKnownHostsFile=... -o StrictHostKeyChecking=yes`
+    is honoured as OpenSSH honours it (before, every host was 'unknown')."""
+    hosts = load_inventory(sandbox_fleet.inventory).hosts
+    known = KnownHosts(record_to=tmp_path / "fleet_known_hosts", user_files=(tmp_path / "known_hosts",))
+    with SshConnector(known, OPTIONS) as connector:
+        result = run_all(hosts, _hostname, connector=connector, forks=8)
+    assert result.values() == {h.name: h.name for h in hosts}
+    assert not (tmp_path / "fleet_known_hosts").exists()
