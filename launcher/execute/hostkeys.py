@@ -184,6 +184,13 @@ class KnownHosts:
         known = frozenset(e.key.get_name() for e in entries if not e.marker)
         return known, any(e.marker == _CA for e in entries)
 
+    def keys_for(self, name: str, trust: Trust) -> dict[str, paramiko.PKey]:
+        """The plain keys known for ``name`` (not revoked), by key type; empty if unknown."""
+        with self._lock:
+            entries = self._entries(trust, name)
+        revoked = [e.key for e in entries if e.marker == _REVOKED]
+        return {e.key.get_name(): e.key for e in entries if not e.marker and e.key not in revoked}
+
     def check(self, host: str, name: str, hostname: str, key: paramiko.PKey, trust: Trust) -> None:
         """Accept ``key`` offered by ``host`` (known as ``name``, reached as ``hostname``) or
         raise :class:`HostKeyError` (see the module docstring for the rules)."""

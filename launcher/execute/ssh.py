@@ -286,11 +286,11 @@ class SshConnector:
     def endpoint(self, host: Host) -> Endpoint:
         """Where :meth:`connect` goes for ``host`` (for tools that open their own SSH, as
         ``fleet weights`` does with rsync)."""
-        return resolve(host, self._config)
+        return resolve(host, self._config, self._known)
 
     def known_keys(self, endpoint: Endpoint) -> dict[str, paramiko.PKey]:
         """The host keys this connector accepts for ``endpoint``, by key type."""
-        return self._known.keys_for(endpoint.known_name)
+        return self._known.keys_for(endpoint.known_name, endpoint.trust)
 
     def close(self) -> None:
         with self._lock:
