@@ -830,6 +830,12 @@ def plan(
     first = instances[0].ranks[0].host
     prefill_first = next((i.ranks[0].host for i in instances if i.role == "prefill"), first)
     decode_first = next((i.ranks[0].host for i in instances if i.role == "decode"), first)
+    if "router" not in playbook.ports and (recipe.topology == "pd" or "router" in playbook.placement):
+        router_host = _infra_host("router", playbook, inventory, decode_first if recipe.topology == "pd" else first)
+        if any(r.host.name == router_host.name for i in instances for r in i.ranks):
+            # Beside engines whose ports may include the default (8000 is vLLM's HTTP port):
+            # the first router port no engine unit of this recipe may hold, as auto_playbook picks.
+            ports["router"] = _free_router_port(recipe)
 
     units: list[Unit] = []
     master_addr = master_unit = None
@@ -953,8 +959,7 @@ def auto_playbook(recipe: Recipe, inventory: Inventory, hosts_pattern: str | Non
         dec = fit("decode", recipe.pd.decode.replicas, recipe.pd.decode.nodes, recipe.pd.decode.parallelism)
         placement["prefill"] = Placement(hosts=pattern(pre), replicas=recipe.pd.prefill.replicas, source=source)
         placement["decode"] = Placement(hosts=pattern(dec), replicas=recipe.pd.decode.replicas, source=source)
-        taken = set(_reserved(recipe))
-        ports["router"] = next(p for p in ROUTER_PORTS if p not in taken)
+        ports["router"] = _free_router_port(recipe)
     else:
         role: EngineRole = "rank" if recipe.topology == "multinode" else "single"
         insts = fit(role, 1, recipe.hardware.nodes, recipe.parallelism)
@@ -967,6 +972,11 @@ def auto_playbook(recipe: Recipe, inventory: Inventory, hosts_pattern: str | Non
         ports=ports,
         source=source,
     )
+
+
+def _free_router_port(recipe: Recipe) -> int:
+    taken = _reserved(recipe)
+    return next(p for p in ROUTER_PORTS if p not in taken)
 
 
 def _reserved(recipe: Recipe) -> set[int]:

@@ -3,6 +3,10 @@
 # OS packages (sshd, iproute2, nftables, docker.io, systemd-analyze, shellcheck, mmdebstrap), then fleet itself with its
 # test extras.  Idempotent; run as root.  Used by the README's first command and by .ci/run.
 set -euo pipefail
+if [ "$(id -u)" != 0 ]; then
+  echo "scripts/install.sh: run as root (sudo -i, then this command again)" >&2
+  exit 1
+fi
 cd "$(dirname "$0")/.."
 
 export DEBIAN_FRONTEND=noninteractive

@@ -8,6 +8,10 @@
 # status is the first failing one's.  A process that selects no test (a path argument that holds
 # only one kind) counts as passed.
 set -euo pipefail
+if [ "$(id -u)" != 0 ]; then
+  echo "scripts/test.sh: run as root (sudo -i, then this command again)" >&2
+  exit 1
+fi
 cd "$(dirname "$0")/.."
 python3 -m mypy launcher/
 others_log=$(mktemp)

@@ -72,6 +72,7 @@ def _end(signum: int, frame: FrameType | None) -> None:
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="fleet", prog_name="fleet", message="%(prog)s %(version)s")
 def cli() -> None:
     """Bring SGLang and vLLM deployments up across bare-metal hosts over SSH."""
 

@@ -37,7 +37,7 @@ class UnitStatus:
 
 
 def status(target: Target, connect: Connect, forks: int = 8) -> tuple[UnitStatus, ...]:
-    hosts = sorted({h.name for h in target.hosts})
+    hosts = [h.name for h in target.hosts]  # inventory order: h9 before h10
     with Session(target.hosts, connect, forks) as session:
         session.refuse_bad_keys()
         reachable = [h for h in hosts if h in session.transports]
@@ -133,8 +133,8 @@ def logs(
     """Emits ``host/unit | line`` for the last ``tail`` lines of each unit; with ``follow``,
     polls for new lines until interrupted.  Lines of one unit stay in order."""
     units = pick(target.units, unit)
-    hosts = sorted({d.host for d in units})
-    scope = tuple(h for h in target.hosts if h.name in hosts)
+    scope = tuple(h for h in target.hosts if any(d.host == h.name for d in units))
+    hosts = [h.name for h in scope]  # inventory order
     since: dict[str, str | None] = {d.name: None for d in units}
     with Session(scope, connect, forks) as session:
         session.require_all()

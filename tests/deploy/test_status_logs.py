@@ -7,11 +7,12 @@ from typing import Mapping, Sequence
 
 import pytest
 
-from launcher.deploy.status import logs
+from launcher.deploy.status import logs, status
+from launcher.errors import UnreachableError
 from launcher.execute.command import Command, Token
 from launcher.execute.transport import Result
-from launcher.model import Host
-from tests.deploy.factory import pp_plan, target
+from launcher.model import Host, Plan
+from tests.deploy.factory import pp_plan, target, unit
 
 UNIT = "fleet-demo-rank-r0"
 
@@ -99,3 +100,16 @@ def test_without_follow_the_last_lines() -> None:
     logs(target(pp_plan()), lambda h: host, shown.append, unit=UNIT, tail=3)
     assert shown == [f"h1/{UNIT} | line {i}" for i in (2, 3, 4)]
     assert [a[7:9] for a in host.asked] == [("--tail", "3")]
+
+
+def test_status_lists_hosts_in_inventory_order() -> None:
+    """Issue 16 item 19: h10 was listed before h9 (sorted as text)."""
+    names = ("h9", "h10", "h11")
+    plan = Plan(deployment="demo", recipe="fam/x",
+                units=tuple(unit(h, f"fleet-demo-single{i}-r0", f"g{i}") for i, h in enumerate(names)))  # fmt: skip
+
+    def unreachable(host: Host) -> DockerLogs:
+        raise UnreachableError(host.name, "no route")
+
+    rows = status(target(plan, hosts=names), unreachable)
+    assert [r.host for r in rows] == list(names)

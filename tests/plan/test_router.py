@@ -143,8 +143,14 @@ def test_no_router_placement_no_router() -> None:
     assert [u.role for u in p.units] == ["single", "single"]
 
 
-def test_vllm_router_on_an_engine_host_collides_on_8000() -> None:
-    pb = routed({"single": "h1", "router": "h1"})
+def test_vllm_router_on_an_engine_host_moves_off_8000() -> None:
+    # Issue 16 item 17: 8000 is vLLM's HTTP port and the router's default; this failed to plan.
+    p = plan(f.inventory(*fleet(1)), f.catalog(f.recipe(**VLLM)), routed({"single": "h1", "router": "h1"}))
+    r = router_of(p.units)
+    assert (r.host, r.ports) == ("h1", {"router": 8100, "router_metrics": 29000})
+    assert [u.ports for u in p.units if u.role == "single"] == [{"http": 8000}]
+    # An explicit port is the operator's: kept, and a collision is still refused.
+    pb = routed({"single": "h1", "router": "h1"}, ports={"router": 8000})
     assert refusal(f.recipe(**VLLM), pb, *fleet(1)) == (
         "playbooks/x.yaml:1:1: ports: port 8000 on host h1 is used by both fleet-x-single0-r0 (http) and "
         "fleet-x-router-r0 (router)"
