@@ -836,7 +836,7 @@ def _weight_checks(u: Unit, host: Host, recipe: Recipe, paths: Mapping[str, Path
                 out.append(Check(host=u.host, unit=u.name, name=name, status="fail",
                                  message=f"{need.what} missing: {need.local}"
                                  + (" (must sit beside the target on every rank)" if need.beside else ""),
-                                 fix="stage the weights at the same path on every rank"))
+                                 fix=STAGE_FIX))
                 continue
             out.append(_present(u, name, need.what, need.local, p))
             continue
@@ -865,7 +865,7 @@ def _weight_checks(u: Unit, host: Host, recipe: Recipe, paths: Mapping[str, Path
             hub = posixpath.dirname(need.hf_cache) if need.hf_cache else None
             fix = (f"pre-download it on every rank: HF_HUB_CACHE={hub} huggingface-cli download {need.value}"
                    if hub and not need.beside else
-                   f"stage it at {need.staged} on every rank")
+                   f"{STAGE_FIX} (puts it at {need.staged} on every rank)")
             out.append(Check(host=u.host, unit=u.name, name=name, status=bad,
                              message=f"{need.what} {need.value} not staged: neither {where} exists; {consequence}",
                              fix=fix))
@@ -980,7 +980,7 @@ def _probe_checks(plan: Plan, inventory: Inventory, recipe: Recipe, probes: Prob
             detail = ", ".join(f"{h}={s}" for h, s in sorted(per_host.items()))
             out.append(Check(host=sorted(per_host)[0], unit=g, name="weights-size", status="warn",
                              message=f"weights differ in size across ranks: {detail}",
-                             fix="re-sync the weights; a truncated shard loads silently"))
+                             fix=STAGE_FIX + ": a truncated shard loads silently"))
     for what, revs in sorted(revisions.items()):
         if len(set(revs.values())) > 1:
             detail = ", ".join(f"{h}={r}" for h, r in sorted(revs.items()))

@@ -237,7 +237,7 @@ def test_probe_port_taken_and_weights_missing() -> None:
         "fail: gpu-01/fleet-ds-rank0-r0: ports: port 30000 (http) already in use (fix: stop what listens "
         "there (ss -ltnp) or change the playbook's ports)",
         "fail: gpu-02/fleet-ds-rank0-r1: weights: weights missing: /models/deepseek-ai/DeepSeek-V3.2 (fix: "
-        "stage the weights at the same path on every rank)",
+        "fleet weights stage PLAYBOOK -i INVENTORY --source DIR|HOST:PATH)",
     ]
 
 
@@ -258,7 +258,8 @@ def test_weights_sizes_differ_and_manifest_problems() -> None:
         "fail: gpu-02/fleet-ds-rank0-r1: weights: /models/deepseek-ai/DeepSeek-V3.2: 1 of 3 files listed in "
         "fleet.sha256 are missing (b.safetensors) (fix: re-sync the weights; fleet.sha256 lists what must be there)",
         "warn: gpu-01/ds/rank0: weights-size: weights differ in size across ranks: gpu-01=1000, gpu-02=900 "
-        "(fix: re-sync the weights; a truncated shard loads silently)",
+        "(fix: fleet weights stage PLAYBOOK -i INVENTORY --source DIR|HOST:PATH: a truncated shard loads "
+        "silently)",
     ]
 
 
@@ -308,7 +309,8 @@ def test_dspark_draft_must_sit_beside_the_target() -> None:
                       "gpu-02": {MODEL: PathProbe(exists=True, bytes=9, files=1), draft: PathProbe(exists=False)}})
     assert fails(preflight.evaluate(plan, inv, recipe, facts, p)) == [
         "fail: gpu-02/fleet-ds-rank0-r1: draft: draft weights org/draft not staged: neither /models/org/draft "
-        "exists; the recipe needs it beside the target on every rank (fix: stage it at /models/org/draft on every rank)",
+        "exists; the recipe needs it beside the target on every rank (fix: fleet weights stage PLAYBOOK -i "
+        "INVENTORY --source DIR|HOST:PATH (puts it at /models/org/draft on every rank))",
     ]
 
 
