@@ -288,6 +288,11 @@ class SshConnector:
         ``fleet weights`` does with rsync)."""
         return resolve(host, self._config, self._known)
 
+    def reopened(self) -> SshConnector:
+        """A new connector with the same host keys and options: clean-up after an interrupt
+        that closed this one's connections."""
+        return SshConnector(self._known, self.options)
+
     def known_keys(self, endpoint: Endpoint) -> dict[str, paramiko.PKey]:
         """The host keys this connector accepts for ``endpoint``, by key type."""
         return self._known.keys_for(endpoint.known_name, endpoint.trust)

@@ -113,8 +113,11 @@ def stage_hub(inventory: Inventory, needs: Sequence[ModelNeed], connector: SshCo
                 _client(t, hub_argv("download", n.model, revision, path, token_file), env, DOWNLOAD_TIMEOUT_S)
 
         fetched = run_all(hosts, download, connector=connector, forks=forks)
-    finally:
-        cleanup(inventory, touched, run_id, connector, forks)
+    except BaseException:
+        with connector.reopened() as fresh:  # a Ctrl-C has closed the run's connections
+            cleanup(inventory, touched, run_id, fresh, forks)
+        raise
+    cleanup(inventory, touched, run_id, connector, forks)
     errors = {o.host.name: o.message for o in fetched.failed} | {o.host.name: o.reason for o in fetched.unreachable}
     return _record(inventory, needs, revision, [h for h in hosts if h.name not in errors], errors, connector,
                    forks, progress, started, dirs)

@@ -305,8 +305,14 @@ def stage(inventory: Inventory, needs: Sequence[ModelNeed], source: Source, conn
         _spread(inventory, jobs, wants, holders, routes, connector, sizes, progress, forks, use_hosts,
                 source.host or None)
         _finish(inventory, jobs, needs, expected, rewrite, connector, progress, forks)
-    finally:
+    except BaseException:
+        # A Ctrl-C has closed the run's connections: the clean-up opens its own.
+        with connector.reopened() as fresh:
+            cleanup(inventory, touched, run_id, fresh, forks)
+        raise
+    else:
         cleanup(inventory, touched, run_id, connector, forks)
+    finally:
         shutil.rmtree(local_dir, ignore_errors=True)
     results = [bad.get(h.name) or HostResult(
         host=h.name, status="failed" if jobs[h.name].error else "ok", files=jobs[h.name].files,
@@ -433,7 +439,8 @@ def _spread(inventory: Inventory, jobs: Mapping[str, _Job], wants: Mapping[str, 
         return _moved(r.stdout_text, "pull")
 
     plan = Spread(wants, holders, use_hosts=use_hosts, source_host=source_host)
-    with cf.ThreadPoolExecutor(max_workers=max(1, min(forks, len(jobs))), thread_name_prefix="fleet-weights") as pool:
+    pool = cf.ThreadPoolExecutor(max_workers=max(1, min(forks, len(jobs))), thread_name_prefix="fleet-weights")
+    try:
         running = {pool.submit(run, tr): tr for tr in plan.start()}
         while running:
             finished, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
@@ -453,6 +460,12 @@ def _spread(inventory: Inventory, jobs: Mapping[str, _Job], wants: Mapping[str, 
                     progress.advance(tr.dst, job.done)
                     nxt = plan.done(tr)
                 running.update({pool.submit(run, n): n for n in nxt})
+    except KeyboardInterrupt:
+        # Not waiting for the files under way: the caller's clean-up removes the run's keys now
+        # (a transfer already running ends on its own; rsync keeps what it has for a re-run).
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
 
 
 def _finish(inventory: Inventory, jobs: Mapping[str, _Job], needs: Sequence[ModelNeed],
@@ -484,6 +497,8 @@ def _finish(inventory: Inventory, jobs: Mapping[str, _Job], needs: Sequence[Mode
 def cleanup(inventory: Inventory, touched: set[str], run_id: str, connector: SshConnector, forks: int) -> None:
     """Removes the run's authorized_keys lines, keys and files from every host it touched."""
     hosts = [h for h in inventory.hosts if h.name in touched]
+    if not hosts:
+        return
     def one(h: Host, t: Transport) -> None:
         t.run(auth.cleanup_argv(run_id), timeout=60, check=True)
 

@@ -240,3 +240,31 @@ def test_hub_source_downloads_on_each_host_with_the_token_from_a_file(sandbox_fl
         finally:
             for h in ("h1", "h2"):
                 sb.ssh(h, "rm -rf /srv/models/openai /srv/models/lmsys")
+
+
+def test_ctrl_c_removes_the_runs_keys_and_leaves_no_manifest_on_a_changed_copy(
+        sandbox_fleet: Sandbox, source: Path, tmp_path: Path) -> None:
+    """Ctrl-C while files spread: the run's authorized_keys lines and run dirs are gone from every
+    host once fleet exits, and no copy that was being changed claims to be complete; staging
+    again finishes the job."""
+    from tests.cli_process import CliProcess, until
+
+    sb = sandbox_fleet
+    other = tmp_path / "other"
+    _model(other / TARGET, shards=8, floats=3 * MB)  # new content: every host must change its copy
+    _model(other / DRAFT, shards=1, floats=MB)
+    cli = CliProcess(["fleet", "weights", "stage", str(PLAYBOOK), "--source", str(other), "-i", sb.inventory,
+                      "--known-hosts", sb.known_hosts], tmp_path, "stage")  # fmt: skip
+    try:
+        first = _on_host(sb, "h1", f"/srv/models/{TARGET}/model-00001-of-00008.safetensors")
+        until("files are spreading", first.exists, timeout=180)
+        cli.sigint()
+        assert cli.proc.wait(timeout=90) == 130, cli.stderr
+    finally:
+        cli.close()
+    for h in HOSTS:
+        assert sb.ssh(h, "cat ~/.ssh/authorized_keys; ls /run | grep fleet-weights-").out == "", h
+        assert not _on_host(sb, h, f"/srv/models/{TARGET}/fleet-weights.json").exists(), h
+    r = _fleet(sb, "stage", str(PLAYBOOK), "--source", str(source))
+    assert r.returncode == 0, r.stderr
+    assert _fleet(sb, "verify", str(PLAYBOOK)).returncode == 0
