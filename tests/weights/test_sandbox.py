@@ -12,11 +12,15 @@ small tmpfs is refused before anything moves, naming host, path, need and have; 
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
+import pty
+import re
 import struct
 import subprocess
+import termios
 from pathlib import Path
 
 import pytest
@@ -265,6 +269,32 @@ def test_ctrl_c_removes_the_runs_keys_and_leaves_no_manifest_on_a_changed_copy(
     for h in HOSTS:
         assert sb.ssh(h, "cat ~/.ssh/authorized_keys; ls /run | grep fleet-weights-").out == "", h
         assert not _on_host(sb, h, f"/srv/models/{TARGET}/fleet-weights.json").exists(), h
-    r = _fleet(sb, "stage", str(PLAYBOOK), "--source", str(source))
-    assert r.returncode == 0, r.stderr
+    # Staging again, on a terminal: one progress bar per host (bytes, rate, ETA).
+    rc, shown = _on_a_terminal(["fleet", "weights", "stage", str(PLAYBOOK), "--source", str(source), "-i",
+                                sb.inventory, "--known-hosts", sb.known_hosts])  # fmt: skip
+    assert rc == 0, shown
+    for h in HOSTS:
+        assert re.search(rf"{h} ok .*\d+(\.\d+)?/\d+(\.\d+)? MB .*[kM]B/s", shown), shown
     assert _fleet(sb, "verify", str(PLAYBOOK)).returncode == 0
+
+
+def _on_a_terminal(argv: list[str]) -> tuple[int, str]:
+    """Runs ``argv`` with stderr on a pseudo-terminal (120 columns); its exit code and what it
+    showed there, control sequences removed."""
+    main, sub = pty.openpty()
+    fcntl.ioctl(sub, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 120, 0, 0))
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=sub, cwd=REPO,
+                            env={**os.environ, "TERM": "xterm", "COLUMNS": "120"})  # fmt: skip
+    os.close(sub)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # EIO: the terminal's other side is closed
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(main)
+    text = b"".join(chunks).decode(errors="replace")
+    return proc.wait(timeout=60), re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
