@@ -94,3 +94,17 @@ def test_rolling_tiny(tmp_path: Path) -> None:
     (rec,) = doc["runs"]
     assert rec["ok"] and sorted(rec["own_s"]) == ["h1", "h2"] and len(rec["batches_s"]) == 2
     assert doc["summary"]["ratio_median"] == rec["ratio"]
+
+
+@pytest.mark.sandbox
+def test_weights_tiny(tmp_path: Path) -> None:
+    sandbox_prereqs(docker=False)
+    out = tmp_path / "weights.json"
+    proc = run("weights.py", "--hosts", "2", "--files", "3", "--file-mib", "1", "--rate-mbit", "400",
+               "--name", f"wt{os.getpid()}", "--out", str(out))
+    runs = {(r["hosts"], r["mode"]): r for r in load(out)["runs"]}
+    assert set(runs) == {(1, "hosts"), (2, "hosts"), (2, "source")} and all(r["ok"] for r in runs.values())
+    # host to host the source is read once; the baseline reads it once per host
+    assert (runs[(2, "hosts")]["from_source"], runs[(2, "source")]["from_source"]) == (3, 6)
+    assert (runs[(2, "hosts")]["link_bound"], runs[(2, "source")]["link_bound"]) == (4 / 3, 2.0)
+    assert "| 2 | source |" in proc.stdout
