@@ -4,7 +4,8 @@ write them into the ``file_sd`` file.
 
 Contract: :func:`publish` reads only (no lock, nothing written on a host) and replaces this
 deployment's groups in ``path`` atomically (:mod:`.sdfile`); units not deployed have no target.
-It returns the deployment's groups.
+A host that cannot be read keeps the groups it had (Prometheus then shows them down, which is
+what they are to it) rather than losing them.  It returns the deployment's groups as written.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from launcher.observe.targets import endpoints, target_groups
 
 
 def publish(path: Path, target: Target, connect: Connect, forks: int = 8) -> list[dict[str, Any]]:
-    generations = {(r.host, r.unit): r.generation for r in status(target, connect, forks)}
+    rows = status(target, connect, forks)
+    generations = {(r.host, r.unit): r.generation for r in rows}
+    unread = {r.host for r in rows if r.state == "unreachable"}
     groups = target_groups(target.deployment, target.recipe, endpoints(d.unit for d in target.units), generations)
-    sdfile.update(path, {target.deployment}, groups)
-    return groups
+    merged = sdfile.update(path, {target.deployment}, groups, keep=lambda g: g["labels"].get("host") in unread)
+    return [g for g in merged if g["labels"].get("deployment") == target.deployment]
 
 
 def targets_path(playbook: Playbook, flag: str | None) -> Path | None:

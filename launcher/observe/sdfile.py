@@ -16,18 +16,22 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Collection, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 from launcher.errors import InputError
 from launcher.model import Source
 
 
-def update(path: Path, deployments: Collection[str], groups: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Writes ``groups`` in place of ``deployments``' groups; returns the whole new list."""
+def update(
+    path: Path, deployments: Collection[str], groups: Sequence[dict[str, Any]],
+    keep: Callable[[dict[str, Any]], bool] = lambda g: False,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Writes ``groups`` in place of ``deployments``' groups (but those ``keep`` says to keep);
+    returns the whole new list."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(path.name + ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        kept = [g for g in _read(path) if g.get("labels", {}).get("deployment") not in deployments]
+        kept = [g for g in _read(path) if g.get("labels", {}).get("deployment") not in deployments or keep(g)]
         merged = sorted([*kept, *groups], key=_order)
         _write(path, json.dumps(merged, indent=2, sort_keys=True) + "\n")
     return merged

@@ -6,7 +6,7 @@ deployment's own real sglang-router on h5 (``rolling-router.yaml`` as deployment
 - ``fleet up`` writes the targets file itself; Prometheus (started here on 127.0.0.1 with its own
   data dir, stopped by its PID) reports all 5 targets up with fleet's labels.
 - ``fleet top --once --json`` reports requests running while a bounded load runs through the
-  router, and 0 everywhere after it.
+  router, and 0 everywhere after it; ``fleet top`` refreshes until Ctrl-C and then exits 0.
 - A rolling ``fleet up`` of generation 2 rewrites the file after each batch (a mixed-generation
   file is seen mid-rollout) and Prometheus, the same process, follows to generation 2 with every
   target up.  ``fleet down`` empties the deployment's targets and Prometheus drops them.
@@ -181,6 +181,23 @@ def test_top_reports_running_requests_under_load_and_none_after(deployed: Setup)
     idle = _top(sb, playbook)
     assert all(r["running"] == 0 for r in idle), idle
     assert all(r["waiting"] == 0 for r in idle if r["role"] == "single"), idle
+
+
+def test_top_live_view_refreshes_until_ctrl_c_and_exits_0(deployed: Setup, tmp_path: Path) -> None:
+    from tests.cli_process import CliProcess
+
+    sb, tmp, targets, _ = deployed
+    argv = ["fleet", "top", _playbook(tmp, 1, targets), "-i", sb.inventory, "--known-hosts", sb.known_hosts,
+            "--interval", "0.5"]  # fmt: skip
+    cli = CliProcess(argv, tmp_path, "top")
+    try:
+        time.sleep(6)  # a few refreshes (each reads status and metrics over SSH)
+        assert cli.proc.poll() is None, cli.stderr  # still refreshing
+        cli.sigint()
+        assert cli.proc.wait(30) == 0, cli.stderr
+    finally:
+        cli.close()
+    assert "fleet-sb-obs-router-r0" in cli.stdout and "running" in cli.stdout, cli.stdout
 
 
 def test_rolling_up_moves_the_targets_to_the_new_generation_without_a_prometheus_restart(deployed: Setup) -> None:

@@ -151,3 +151,30 @@ def test_kind_of_reads_the_entry_points_fleet_renders() -> None:
     assert kind_of(("vllm-router", "--port", "1")) == "vllm-router"
     assert kind_of(("mooncake_master", "--rpc_port", "1")) == "mooncake-master"
     assert kind_of(("openresty", "-g", "daemon off;")) is None
+
+
+def test_publish_keeps_the_groups_of_a_host_it_cannot_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from launcher.deploy.status import UnitStatus
+    from launcher.observe import publish as pub
+    from launcher.pipeline import load_target
+    from launcher.sandbox.inventory import preview
+
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text(preview(15))
+    target = load_target(ROOT / "playbooks" / "sandbox" / "rolling-router.yaml", inv, None, None)
+    path = tmp_path / "fleet.json"
+
+    def rows(gen: int, unreachable: str | None) -> tuple[UnitStatus, ...]:
+        return tuple(
+            UnitStatus(host=d.host, unit=d.name, role=d.unit.role, rank=d.unit.rank, group=d.unit.group,
+                       state="unreachable" if d.host == unreachable else "running", health="ok",
+                       generation=None if d.host == unreachable else gen, drift="none")
+            for d in target.units
+        )  # fmt: skip
+
+    monkeypatch.setattr(pub, "status", lambda t, c, f: rows(1, None))
+    assert {g["labels"]["generation"] for g in pub.publish(path, target, lambda h: None)} == {"1"}  # type: ignore[arg-type, return-value]
+    monkeypatch.setattr(pub, "status", lambda t, c, f: rows(2, "h2"))
+    groups = pub.publish(path, target, lambda h: None)  # type: ignore[arg-type, return-value]
+    by_host = {g["labels"]["host"]: g["labels"]["generation"] for g in groups}
+    assert by_host == {"h1": "2", "h2": "1", "h3": "2", "h4": "2", "h5": "2"}  # h2 unread: its last known target stays
