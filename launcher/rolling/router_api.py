@@ -32,6 +32,8 @@ from typing import Any, Callable, Literal, Mapping, Protocol
 from launcher.deploy.remote import sh
 from launcher.errors import FleetError
 from launcher.execute.transport import Transport
+from launcher.observe.load import samples
+from launcher.observe.names import names_for
 
 WorkerType = Literal["regular", "prefill", "decode"]
 POLL_S = 0.2
@@ -191,7 +193,8 @@ class RouterClient:
 # ---------------------------------------------------------------------------------------------
 # in-flight counters
 
-_METRICS = ("sglang:num_running_reqs", "sglang:num_queue_reqs", "vllm:num_requests_running", "vllm:num_requests_waiting")
+# The engines' running and queued request gauges, from the one name map.
+_METRICS = tuple(n for kind in ("sglang", "vllm") for n in (names_for(kind).running, names_for(kind).waiting) if n)
 
 
 def parse_get_load(text: str) -> int | None:
@@ -216,18 +219,12 @@ def parse_get_load(text: str) -> int | None:
 
 def parse_metrics(text: str) -> int | None:
     """Prometheus text: the sum of the running and queued request gauges of SGLang or vLLM."""
-    total, seen = 0.0, False
-    for line in text.splitlines():
-        if line.startswith("#") or not line.strip():
-            continue
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in _METRICS:
-            try:
-                total += float(line.rsplit(" ", 1)[-1])
-            except ValueError:
-                continue
-            seen = True
-    return int(total) if seen else None
+    try:
+        found = samples(text)
+    except ValueError:
+        return None
+    values = [v for name in _METRICS for _, v in found.get(name, ())]
+    return int(sum(values)) if values else None
 
 
 def inflight(http: Http, base_url: str, timeout: float = 5.0) -> int | None:
