@@ -9,6 +9,7 @@ readings, so ``--once`` reads twice, ``--interval`` apart.  Exit codes: 0, 2 bad
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Sequence
 
@@ -76,10 +77,13 @@ class _Reader:
 
 
 def _live(reader: _Reader, interval: float, title: str) -> None:
+    from rich.console import Console
     from rich.live import Live
 
     before = None
-    with Live(table(COLUMNS, (), title=title), auto_refresh=False) as live:
+    # Not a terminal (a pipe, a log): no width to fit, never truncate a cell (as print_table).
+    console = Console(width=None if sys.stdout.isatty() else 400)
+    with Live(table(COLUMNS, (), title=title), auto_refresh=False, console=console) as live:
         while True:
             now = reader.read()
             live.update(table(COLUMNS, _cells(reader.rows(now, before)), title=title), refresh=True)

@@ -123,9 +123,13 @@ def _generations(targets: Path) -> dict[str, str]:
 
 
 def test_prometheus_scrapes_every_target_fleet_wrote_with_its_labels(deployed: Setup) -> None:
-    sb, _, targets, prom = deployed
+    sb, tmp, targets, prom = deployed
     groups = json.loads(targets.read_text())
     assert sorted(g["labels"]["role"] for g in groups) == ["router", "single", "single", "single", "single"]
+    # `fleet metrics targets` writes what `fleet up`'s hook wrote
+    by_hand = tmp / "by-hand.json"
+    ok(fleet(sb, "metrics", "targets", _playbook(tmp, 1, targets), "-o", str(by_hand)))
+    assert json.loads(by_hand.read_text()) == groups
 
     def all_up() -> list[dict[str, Any]] | None:
         found = prom.targets()
