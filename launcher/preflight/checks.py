@@ -220,7 +220,8 @@ def _need(unit: Unit, host: Host, what: str, value: str, beside: bool = False) -
 
 
 def weight_needs(unit: Unit, host: Host, recipe: Recipe) -> tuple[WeightNeed, ...]:
-    """The weights an engine unit reads (target, and draft when the recipe has one)."""
+    """The weights an engine unit reads: target, draft when the recipe has one, tokenizer when
+    the engine is given a separate one."""
     if unit.role not in ("single", "rank", "prefill", "decode"):
         return ()
     out = []
@@ -233,6 +234,10 @@ def weight_needs(unit: Unit, host: Host, recipe: Recipe) -> tuple[WeightNeed, ..
     if draft:
         beside = bool(recipe.speculative and recipe.speculative.draft_beside_target)
         out.append(_need(unit, host, "draft weights", draft, beside))
+    tokenizer = None if unit.argv[:1] == ("ray",) else flags.value(
+        unit.argv, ("--tokenizer-path",) if recipe.engine == "sglang" else ("--tokenizer",))
+    if tokenizer and tokenizer != model:
+        out.append(_need(unit, host, "tokenizer", tokenizer))
     return tuple(out)
 
 
@@ -827,7 +832,7 @@ def _group_checks(plan: Plan, inventory: Inventory, facts: Mapping[str, HostFact
 def _weight_checks(u: Unit, host: Host, recipe: Recipe, paths: Mapping[str, PathProbe]) -> list[Check]:
     out: list[Check] = []
     for need in weight_needs(u, host, recipe):
-        name = "draft" if need.what == "draft weights" else "weights"
+        name = {"draft weights": "draft", "tokenizer": "tokenizer"}.get(need.what, "weights")
         if need.local is not None:
             p = paths.get(need.local)
             if p is None:

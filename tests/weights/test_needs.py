@@ -46,6 +46,14 @@ def test_a_path_given_to_the_engine_is_staged_where_its_mount_puts_it(tmp_path: 
                                                          (("h1", "/srv/models/local/gpt-fp8"),))
 
 
+def test_a_separate_tokenizer_is_needed_too(tmp_path: Path) -> None:
+    text = (HERE / "eagle.yaml").read_text().replace("hosts: h100", "hosts: h1") + (
+        "  engine_args: [--tokenizer-path, /models/org/tokenizer]\n")
+    needs = _needs(tmp_path, text)
+    assert [(n.what, n.rel, n.paths) for n in needs][2:] == [
+        ("tokenizer", "org/tokenizer", (("h1", "/srv/models/org/tokenizer"),))]
+
+
 def test_a_path_no_mount_reaches_is_refused(tmp_path: Path) -> None:
     text = (HERE / "eagle.yaml").read_text().replace("hosts: h100", "hosts: h1") + (
         "  engine_args: [--model-path, /opt/elsewhere/gpt]\n")
