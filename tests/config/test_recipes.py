@@ -200,3 +200,17 @@ def test_the_repository_catalog() -> None:
     assert catalog.recipes
     if SEED.exists():
         assert check_coverage(catalog, SEED) == ()
+
+
+def test_an_entry_naming_two_engines_has_one_recipe_of_each(tree: Path, tmp_path: Path) -> None:
+    """Issue 16 item 15: entry 47 names SGLang and vLLM on B300; each gets its recipe."""
+    twin = tree / "qwen" / "sglang-single-a100.yaml"
+    twin.write_text((tree / Q).read_text().replace("engine: vllm", "engine: sglang"))
+    seed = tmp_path / "seed.txt"
+    seed.write_text((FIXTURES / "seed.txt").read_text())
+    assert check_coverage(load_catalog(tree), seed) == (
+        "entry 3 (qwen · 单节点): 2 recipes: qwen/sglang-single-a100, qwen/vllm-single-a100 (several only for "
+        "the engines the entry names, one each)",
+    )
+    seed.write_text(seed.read_text().replace("Baseline.", "Baseline, with SGLang or vLLM."))
+    assert check_coverage(load_catalog(tree), seed) == ()
