@@ -327,8 +327,9 @@ class _Routes:
     spec rsync reads from, the control host's push options."""
 
     dest: Mapping[tuple[str, str], str]
-    remote: Mapping[tuple[str, str], str]  # (model, sender) -> "user@ip:" (rrsync root = its model dir)
-    ssh: Mapping[tuple[str, str], str]  # (model, receiver) -> rsync -e for pulls
+    remote: Mapping[tuple[str, str], tuple[str, int]]  # (model, sender) -> ("user@ip:", ssh port); rrsync's root is its model dir
+    keys: Mapping[tuple[str, str], str]  # (model, receiver) -> the run's key file on the receiver
+    known_hosts: str  # on the receivers
     push: Mapping[str, tuple[str, str]]  # receiver -> (user@address:, rsync -e) for the control host
     source_dirs: Mapping[str, str]  # model -> its dir in the source
 
@@ -350,8 +351,8 @@ def _install_auth(inventory: Inventory, needs: Sequence[ModelNeed], source: Sour
     authorize: dict[str, list[str]] = {}
     keys: dict[str, dict[str, bytes]] = {}  # receiver -> key file name -> private key
     known: dict[str, set[str]] = {}
-    remote: dict[tuple[str, str], str] = {}
-    ssh: dict[tuple[str, str], str] = {}
+    remote: dict[tuple[str, str], tuple[str, int]] = {}
+    key_files: dict[tuple[str, str], str] = {}
     for i, n in enumerate(needs):
         takers = [h for h in receivers if any(m == n.model for m, _ in wants[h])]
         senders = [(h, h, p) for h, p in n.paths if h in jobs] if use_hosts else []
@@ -365,16 +366,13 @@ def _install_auth(inventory: Inventory, needs: Sequence[ModelNeed], source: Sour
             host = inventory.host(sender)
             end = connector.endpoint(host)
             authorize.setdefault(sender, []).append(auth.authorized_line(key, path, ips, run_id))
-            remote[(n.model, node)] = f"{end.user}@{_data_ip(host)}:"
+            remote[(n.model, node)] = (f"{end.user}@{_data_ip(host)}:", end.port)
             for t in takers:
                 known.setdefault(t, set()).update(auth.known_hosts_lines(_data_ip(host), end.port,
                                                                          connector.known_keys(end)))
         for t in takers:
             keys.setdefault(t, {})[f"key-{i}"] = key.private
-            # Every sender listens on the port fleet reaches it on (same sshd, data address).
-            port = connector.endpoint(inventory.host(senders[0][1])).port
-            ssh[(n.model, t)] = auth.ssh_command(posixpath.join(rdir, f"key-{i}"),
-                                                 posixpath.join(rdir, "known_hosts"), port)
+            key_files[(n.model, t)] = posixpath.join(rdir, f"key-{i}")
     push: dict[str, tuple[str, str]] = {}
     if source.kind == "dir" and receivers:
         kh = os.path.join(local_dir, "known_hosts")
@@ -404,7 +402,8 @@ def _install_auth(inventory: Inventory, needs: Sequence[ModelNeed], source: Sour
 
     busy = sorted(set(authorize) | set(keys) | {h for h, d in rewrite.items() if d})
     _all_or_raise([inventory.host(h) for h in busy], prepare, connector, forks, "cannot prepare the transfer")
-    return _Routes(dest=dest, remote=remote, ssh=ssh, push=push, source_dirs=source_dirs)
+    return _Routes(dest=dest, remote=remote, keys=key_files, known_hosts=posixpath.join(rdir, "known_hosts"),
+                   push=push, source_dirs=source_dirs)
 
 
 def _all_or_raise(hosts: Sequence[Host], fn: Callable[[Host, Transport], None], connector: SshConnector,
@@ -434,8 +433,10 @@ def _spread(inventory: Inventory, jobs: Mapping[str, _Job], wants: Mapping[str, 
                           timeout=TRANSFER_TIMEOUT_S, check=True)
             return _moved(r.stdout_text, "push")
         t = connector.connect(inventory.host(tr.dst))
-        r = t.run(_rsync_argv(routes.ssh[(model, tr.dst)], routes.remote[(model, tr.src)] + rel, dst),
-                  timeout=TRANSFER_TIMEOUT_S, check=True)
+        # The sender's sshd on its data address, at the port fleet reaches it on.
+        where, port = routes.remote[(model, tr.src)]
+        e = auth.ssh_command(routes.keys[(model, tr.dst)], routes.known_hosts, port)
+        r = t.run(_rsync_argv(e, where + rel, dst), timeout=TRANSFER_TIMEOUT_S, check=True)
         return _moved(r.stdout_text, "pull")
 
     plan = Spread(wants, holders, use_hosts=use_hosts, source_host=source_host)
