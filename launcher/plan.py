@@ -498,9 +498,14 @@ def _staged(sh: _Shared, host: Host) -> tuple[Recipe, str | None, dict[str, str]
     """The recipe as one host's engine sees it, its served name and extra env.  With
     ``weights: staged`` its repo ids become the local copies `fleet weights stage` makes
     ({models_dir}/<repo id>, through the unit's mount of the models dir), the served name stays
-    the repo id, and the hub is off (HF_HUB_OFFLINE=1)."""
+    the repo id, and the hub is off (HF_HUB_OFFLINE=1).  A draft the recipe keeps beside the
+    target (``draft_beside_target``, e.g. DSPARK) is that local copy in any case: the engine
+    reads what preflight checks, never a download of its own."""
     recipe = sh.recipe
-    if sh.playbook.weights != "staged":
+    staged = sh.playbook.weights == "staged"
+    spec = recipe.speculative
+    beside = spec is not None and spec.draft_beside_target
+    if not staged and not beside:
         return recipe, sh.served_model_name, {}
     root = host.spec.models_dir
     if (sh.playbook.runtime or host.spec.runtime) != "systemd":
@@ -509,11 +514,12 @@ def _staged(sh: _Shared, host: Host) -> tuple[Recipe, str | None, dict[str, str]
     def local(value: str) -> str:
         return posixpath.join(root, value) if _REPO_ID.fullmatch(value) else value
 
-    spec = recipe.speculative
     if spec is not None and spec.draft_model:
         spec = dataclasses.replace(spec, draft_model=local(spec.draft_model))
-    staged = dataclasses.replace(recipe, model=local(recipe.model), speculative=spec)
-    return staged, sh.served_model_name or recipe.model, {"HF_HUB_OFFLINE": "1"}
+    if not staged:
+        return dataclasses.replace(recipe, speculative=spec), sh.served_model_name, {}
+    staged_recipe = dataclasses.replace(recipe, model=local(recipe.model), speculative=spec)
+    return staged_recipe, sh.served_model_name or recipe.model, {"HF_HUB_OFFLINE": "1"}
 
 
 def _engine_units(sh: _Shared, inst: _Instance, executor: Executor = "mp") -> list[Unit]:

@@ -4,7 +4,12 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
+from launcher.config.inventory import load_inventory
+from launcher.config.recipes import load_catalog
+from launcher.plan import auto_playbook
+from launcher.plan import plan as make_plan
 from launcher.preflight import checks as preflight
 from launcher.preflight.facts import Disk, GidEntry, Gpu, HostFacts, IbPort, Interface
 from launcher.model import (
@@ -311,6 +316,28 @@ def test_dspark_draft_must_sit_beside_the_target() -> None:
         "fail: gpu-02/fleet-ds-rank0-r1: draft: draft weights org/draft not staged: neither /models/org/draft "
         "exists; the recipe needs it beside the target on every rank (fix: fleet weights stage PLAYBOOK -i "
         "INVENTORY --source DIR|HOST:PATH (puts it at /models/org/draft on every rank))",
+    ]
+
+
+def test_the_catalogs_dspark_draft_is_rendered_mounted_and_checked_on_the_host() -> None:
+    """Issue 16 item 16: entry 5 gave the engine the draft's hub repo id while the catalog keeps
+    the draft beside the target under the models mount; the engine now gets the mounted path and
+    preflight checks that path on the host."""
+    root = Path(__file__).resolve().parents[2]
+    catalog, inv = load_catalog(root / "recipes"), load_inventory(root / "inventories" / "example.yaml")
+    recipe = catalog.get("kimi/sglang-tp8-b300-dcp8-dspark-hicache-tuned")
+    the_plan = make_plan(inv, catalog, auto_playbook(recipe, inv))
+    (u,) = the_plan.units
+    i = u.argv.index("--speculative-draft-model-path")
+    assert u.argv[i + 1] == "/models/RadixArk/Kimi-K3-DSpark"  # was RadixArk/Kimi-K3-DSpark
+    host_path = "/data/models/RadixArk/Kimi-K3-DSpark"  # b300-01's models_dir, mounted at /models
+    assert host_path in preflight.probe_paths(the_plan, inv, recipe)[u.host]
+    missing = ProbeResults(listening_ports={u.host: frozenset()}, running_units={u.host: frozenset()},
+                           paths={u.host: {host_path: PathProbe(exists=False)}})  # fmt: skip
+    checks = preflight.evaluate(the_plan, inv, recipe, {}, missing)
+    assert [c.line() for c in checks if c.name == "draft"] == [
+        f"fail: {u.host}/{u.name}: draft: draft weights missing: {host_path} (must sit beside the target on every "
+        "rank) (fix: fleet weights stage PLAYBOOK -i INVENTORY --source DIR|HOST:PATH)",
     ]
 
 
