@@ -343,6 +343,13 @@ class Placement:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Overrides:
     image: str | None = None
+    # The served model (e.g. a path under the models mount) instead of the recipe's.
+    model: str | None = None
+    # A smaller shape of the same recipe: the instance's parallel sizes, and the nodes and GPUs per
+    # node it is placed on (nodes x gpus_per_node must equal tp*pp*dp).
+    parallelism: Parallelism | None = None
+    nodes: int | None = None
+    gpus_per_node: int | None = None
     engine_args: tuple[str, ...] = ()  # appended; "--flag value" replaces an existing --flag
     remove_args: tuple[str, ...] = ()  # flags to drop (with their values)
     env: Mapping[str, str] = field(default_factory=lambda: EMPTY)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 from launcher import constraints, network
+from launcher.render import STOP_TIMEOUT_S
 from launcher.engines import ascend, flags, mooncake, router, sglang, vllm
 from launcher.engines.context import (
     BOOTSTRAP,
@@ -335,6 +336,25 @@ def _check_overrides(recipe: Recipe, ov: Overrides) -> None:
             )
 
 
+def reshaped(recipe: Recipe, ov: Overrides) -> Recipe:
+    """The recipe with the playbook's model and shape overrides applied (the planner then treats
+    it as the recipe: placement, argv, network env all follow)."""
+    if ov.model is None and ov.parallelism is None and ov.nodes is None and ov.gpus_per_node is None:
+        return recipe
+    hw = dataclasses.replace(
+        recipe.hardware, nodes=ov.nodes or recipe.hardware.nodes, gpus_per_node=ov.gpus_per_node or recipe.hardware.gpus_per_node
+    )
+    par = ov.parallelism or recipe.parallelism
+    if recipe.pd is None and par.gpus != hw.nodes * hw.gpus_per_node:
+        raise PlanError(
+            ov.source,
+            f"tp*pp*dp = {par.tp}*{par.pp}*{par.dp} = {par.gpus} GPUs, but the shape is {hw.nodes} node(s) x "
+            f"{hw.gpus_per_node} GPUs (overrides nodes, gpus_per_node)",
+            "overrides/parallelism",
+        )
+    return dataclasses.replace(recipe, model=ov.model or recipe.model, parallelism=par, hardware=hw)
+
+
 def _apply(argv: tuple[str, ...], ov: Overrides) -> tuple[str, ...]:
     return flags.override(flags.remove(argv, ov.remove_args), ov.engine_args)
 
@@ -548,6 +568,15 @@ def _engine_units(sh: _Shared, inst: _Instance, executor: Executor = "mp") -> li
         engine_env = sglang.env(ctx) if recipe.engine == "sglang" else vllm.env(ctx)
         written_env = {**recipe.env, **_network_env(sh, inst, host, ctx), **engine_env, **offline}
         final_env = {**written_env, **ov.env}
+        wait = vllm.shutdown_timeout(final) if recipe.engine != "sglang" else 0
+        if wait + vllm.SHUTDOWN_MARGIN_S > STOP_TIMEOUT_S:
+            raise PlanError(
+                ov.source,
+                f"{vllm.SHUTDOWN_TIMEOUT} {wait}: vLLM would wait that long for requests in flight on SIGTERM, "
+                f"but fleet's stop grace is {STOP_TIMEOUT_S}s (SIGKILL after); use at most "
+                f"{STOP_TIMEOUT_S - vllm.SHUTDOWN_MARGIN_S}",
+                "overrides/engine_args",
+            )
         par = _parallelism(recipe, final, inst.parallelism)
         if par.gpus != inst.parallelism.gpus:
             raise PlanError(
@@ -825,8 +854,8 @@ def plan(
     facts: Mapping[str, HostFacts] | None = None,
 ) -> Plan:
     """Place ``playbook`` on ``inventory`` (see the module docstring for the rules)."""
-    recipe = catalog.get(playbook.recipe)
     ov = playbook.overrides
+    recipe = reshaped(catalog.get(playbook.recipe), ov)
     _check_overrides(recipe, ov)
     deployment = deployment_name(playbook.name)
     ports = _ports(recipe, playbook)

@@ -5,6 +5,10 @@ Size: the largest ``SANDBOX_HOSTS`` any collected test module declares (at least
 sandbox serves the whole session -- a module that needs the RTX-6000D hosts h9..h15 says
 ``SANDBOX_HOSTS = 15`` and every sandbox test of the session shares those 15 hosts.
 
+A module that sets ``SANDBOX_REAL_ENGINE = True`` (the ``real_engine`` tier) makes the session's
+sandbox a real-engine one: every host's docker also holds the real vLLM image and its models dir
+the generated model (``fleet sandbox up --real-engine``).
+
 Settings (env): FLEET_SANDBOX_HOSTS (overrides the size), FLEET_SANDBOX_NAME (``pt<pid>``: concurrent pytest
 sessions on one machine must not share -- and tear down -- each other's fleet; fleets of dead
 sessions are removed first), FLEET_SANDBOX_DOCKER
@@ -51,6 +55,10 @@ def sandbox_size(session: pytest.Session) -> int:
     return int(os.environ.get("FLEET_SANDBOX_HOSTS") or max([DEFAULT_SANDBOX_HOSTS, *wanted]))
 
 
+def sandbox_real_engine(session: pytest.Session) -> bool:
+    return any(getattr(getattr(item, "module", None), "SANDBOX_REAL_ENGINE", False) for item in session.items)
+
+
 @pytest.fixture(scope="session")
 def sandbox_fleet(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
     from launcher.sandbox import fleet
@@ -62,7 +70,7 @@ def sandbox_fleet(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
     if reason:
         pytest.skip(reason)
     _remove_orphans(fleet)
-    st = fleet.up(name, n, docker=docker)
+    st = fleet.up(name, n, docker=docker, real_engine=docker and sandbox_real_engine(request.session))
     handle = Sandbox(st)
     try:
         yield handle

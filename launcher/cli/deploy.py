@@ -214,22 +214,35 @@ def sandbox_playbooks() -> Path:
     packaged = Path(__file__).resolve().parents[1] / "sandbox" / "playbooks"
     return packaged if packaged.is_dir() else packaged.parents[2] / "playbooks" / "sandbox"
 DEMO_MIN_HOSTS = 15  # PD: 2 prefill + 1 decode instances of 2 RTX-6000D nodes each + a router
+# The real engine: PP2 on the RTX-6000D hosts h9:h10, two replicas on h1, h2 behind the router on h5.
+REAL_DEMO_PLAYBOOKS = ("real-pp2.yaml", "real-router.yaml")
+REAL_DEMO_HOSTS = 10
 
 
 @cli.command("demo")
 @click.option("--keep", is_flag=True, help="Leave the sandbox and deployments up afterwards.")
-@click.option("-n", "n_hosts", default=DEMO_MIN_HOSTS, show_default=True,
-              type=click.IntRange(DEMO_MIN_HOSTS, 64), help="Sandbox hosts.")  # fmt: skip
+@click.option("-n", "n_hosts", default=None, type=click.IntRange(REAL_DEMO_HOSTS, 64),
+              help=f"Sandbox hosts (default {DEMO_MIN_HOSTS}; {REAL_DEMO_HOSTS} with --real-engine).")  # fmt: skip
 @click.option("--name", default="demo", show_default=True, help="Sandbox name.")
-def demo_command(keep: bool, n_hosts: int, name: str) -> None:
+@click.option("--real-engine", is_flag=True,
+              help="The REAL vLLM (CPU build): PP2 across two hosts and two replicas behind the real "
+                   "router (first run builds a ~3 GB image; each cold start ~2 min).")  # fmt: skip
+def demo_command(keep: bool, n_hosts: int | None, name: str, real_engine: bool) -> None:
     """Bring up a sandbox fleet on this machine (root; real sshd and dockerd per host, GPUs faked),
     deploy the sandbox's 2P1D prefill/decode playbook (6 RTX-6000D hosts + the real sglang-router)
     and its 2-node PP playbook with ``fleet up``, send a real request through the router and one
-    to the PP deployment, show status, and tear it all down (unless --keep)."""
+    to the PP deployment, show status, and tear it all down (unless --keep).  With
+    --real-engine: the real vLLM's PP2 and router playbooks instead, which host served each
+    answer read from the engines' own counters."""
     import time
 
     from launcher.sandbox import fleet as sandbox
 
+    playbooks = REAL_DEMO_PLAYBOOKS if real_engine else DEMO_PLAYBOOKS
+    if n_hosts is None:
+        n_hosts = REAL_DEMO_HOSTS if real_engine else DEMO_MIN_HOSTS
+    elif not real_engine and n_hosts < DEMO_MIN_HOSTS:
+        raise click.UsageError(f"-n: the demo needs at least {DEMO_MIN_HOSTS} hosts")
     root = sandbox_playbooks()
     shown = root if not root.is_relative_to(Path.cwd()) else root.relative_to(Path.cwd())
     timings: list[tuple[str, float]] = []
@@ -241,14 +254,14 @@ def demo_command(keep: bool, n_hosts: int, name: str) -> None:
     click.echo(f"sandbox {name}: bringing up {n_hosts} hosts (network namespace, sshd, dockerd each; "
                "h9.. fake 8x RTX PRO 6000D)...", err=True)  # fmt: skip
     t = time.monotonic()
-    st = sandbox.up(name, n_hosts, mode="netns")
+    st = sandbox.up(name, n_hosts, mode="netns", real_engine=real_engine)
     timed("sandbox up", t)
     click.echo(f"sandbox {name}: up in {timings[-1][1]:.1f}s; inventory {st.inventory}", err=True)
     code = ExitCode.OK
     deployed: list[Target] = []
     try:
         with _connector((st.known_hosts,), False) as connector:
-            for pb in DEMO_PLAYBOOKS:
+            for pb in playbooks:
                 inputs = load_inputs(root / pb, st.inventory)
                 secret_values = resolve(inputs.playbook.secrets, ())
                 click.echo(f"\n$ fleet up {shown / pb} -i {st.inventory} --known-hosts {st.known_hosts}",
@@ -295,7 +308,8 @@ def demo_command(keep: bool, n_hosts: int, name: str) -> None:
 
 
 def _playbook_of(target: Target) -> str:
-    return {"sb-pd": "pd-2p1d.yaml", "sb-pp2": "pp2.yaml"}.get(target.deployment, target.deployment)
+    return {"sb-pd": "pd-2p1d.yaml", "sb-pp2": "pp2.yaml", "sb-real-pp2": "real-pp2.yaml",
+            "sb-real-router": "real-router.yaml"}.get(target.deployment, target.deployment)  # fmt: skip
 
 
 def _demo_ask(target: Target) -> ExitCode | None:
@@ -308,7 +322,7 @@ def _demo_ask(target: Target) -> ExitCode | None:
     click.echo(f"\n$ curl -d '{{\"messages\": [...]}}' {ep.url}/v1/chat/completions   # {ep.host}: {what}",
                err=True)  # fmt: skip
     try:
-        answer = demo.ask(ep, "What is a fleet?")
+        answer = demo.ask(ep, "What is a fleet?", engines=demo.leaders(target))
     except FleetError as err:
         click.echo(f"fleet: error: {err}", err=True)
         return ExitCode.FAILED

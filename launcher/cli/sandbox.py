@@ -1,4 +1,4 @@
-"""``fleet sandbox up|down|status|fault``: the one-machine test fleet (Linux, root)."""
+"""``fleet sandbox up|down|status|fault|image``: the one-machine test fleet (Linux, root)."""
 
 from __future__ import annotations
 
@@ -27,17 +27,36 @@ def sandbox() -> None:
 @click.option("--no-docker", is_flag=True, help="Hosts without dockerd (faster).")
 @click.option("--systemd-hosts", type=int, default=0, show_default=True,
               help="Also hosts s1.. with systemd as PID 1 in a container (runtime: systemd).")
+@click.option("--real-engine", is_flag=True,
+              help="Also the real vLLM image (CPU build) and the generated model on every host "
+                   "(first build ~3 GB and several minutes, then cached).")
 def up(n: int, name: str, inventory: Path | None, tags: tuple[str, ...], mode: str,
-       no_docker: bool, systemd_hosts: int) -> None:  # fmt: skip
+       no_docker: bool, systemd_hosts: int, real_engine: bool) -> None:  # fmt: skip
     """Bring up N sandbox hosts (cleans a previous sandbox of the same name first)."""
     from launcher.sandbox import fleet
 
+    if real_engine and no_docker:
+        raise click.UsageError("--real-engine needs docker on the hosts (drop --no-docker)")
     st = fleet.up(name, n, inventory_path=inventory, tags=tags, mode=mode,  # type: ignore[arg-type]
-                  docker=not no_docker, systemd_hosts=systemd_hosts)  # fmt: skip
+                  docker=not no_docker, systemd_hosts=systemd_hosts, real_engine=real_engine)  # fmt: skip
     click.echo(f"sandbox {st.name}: {len(st.hosts)} hosts up ({st.mode})")
     click.echo(f"inventory:   {st.inventory}")
     click.echo(f"client key:  {st.client_key}")
     click.echo(f"known_hosts: {st.known_hosts}")
+
+
+@sandbox.command("image")
+@click.option("--real-engine", is_flag=True, help="Also the real vLLM image and the generated model.")
+def image_command(real_engine: bool) -> None:
+    """Build (or find cached) the hosts' image template; prints where and how long it took."""
+    import time
+
+    from launcher.sandbox import fleet, image
+
+    fleet.require_root()
+    t0 = time.monotonic()
+    path = image.ensure_template(real_engine)
+    click.echo(f"image template {path} ready in {time.monotonic() - t0:.0f}s")
 
 
 @sandbox.command()

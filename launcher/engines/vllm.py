@@ -139,6 +139,17 @@ def ray_argv(ctx: InstanceContext) -> tuple[str, ...]:
     )
 
 
+SHUTDOWN_TIMEOUT = "--shutdown-timeout"
+SHUTDOWN_MARGIN_S = 10  # the engine's own exit after its wait (measured ~3 s on the CPU build)
+
+
+def shutdown_timeout(argv: tuple[str, ...]) -> int:
+    """Seconds ``vllm serve`` waits on SIGTERM for requests in flight before it exits (0, the
+    default, aborts them at once: measured with 0.32, docs/real-engine.md)."""
+    v = flags.value(argv, (SHUTDOWN_TIMEOUT,))
+    return int(v) if v is not None and v.isdigit() else 0
+
+
 def parallelism(argv: tuple[str, ...], base: Parallelism) -> Parallelism:
     """The parallelism the final argv asks for (``base`` where a flag is absent)."""
 

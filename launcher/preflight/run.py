@@ -30,7 +30,7 @@ from launcher.execute.fanout import DEFAULT_FORKS, Connector, Failed, FanoutResu
 from launcher.execute.transport import Result, Transport
 from launcher.model import Host, Inventory, Plan, Playbook, Recipe, Unit
 from launcher.pipeline import claimed_hosts, load_inputs
-from launcher.plan import deployment_name, plan
+from launcher.plan import deployment_name, plan, reshaped
 from launcher.preflight import checks, facts_cache
 from launcher.preflight.checks import Check, Level, ProbeResults, Reach, ReachTarget
 from launcher.preflight.facts import HostFacts, gather_script
@@ -277,6 +277,7 @@ def run_preflight(
         found = (_plan_error_check(err, inventory),
                   *checks.evaluate_hosts(hosts, recipe, facts, gathered.unreachable, playbook))
         return PreflightReport(deployment=deployment, recipe=recipe.id, plan=None, facts=facts, checks=found)
+    recipe = reshaped(recipe, playbook.overrides)  # the shape the plan placed (it checked the overrides)
 
     unit_hosts = [h for h in inventory.hosts if any(u.host == h.name for u in the_plan.units)]
     probe_hosts = [h for h in unit_hosts if h.name in gathered.entries]

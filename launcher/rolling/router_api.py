@@ -144,7 +144,9 @@ class RouterClient:
         items = doc.get("workers", []) if isinstance(doc, dict) else []
         return tuple(
             Worker(
-                id=str(w.get("id", "")), url=str(w.get("url", "")), worker_type=str(w.get("worker_type", "regular")),
+                # vllm-router 0.1.17 (the same /workers API) lists no id: it deletes by URL.
+                id=str(w.get("id") or w.get("url", "")), url=str(w.get("url", "")),
+                worker_type=str(w.get("worker_type", "regular")),
                 healthy=bool(w.get("is_healthy", False)), load=int(w.get("load") or 0),
             )
             for w in items

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, TypeVar
 
 from launcher.errors import FleetError, UsageError
-from launcher.sandbox import dockerd, fakehw, image, inventory, netns, procs, sshd, state, systemd_host
+from launcher.sandbox import dockerd, fakehw, image, inventory, netns, procs, realimage, sshd, state, systemd_host
 from launcher.sandbox.state import HostState, SandboxState
 
 T = TypeVar("T")
@@ -54,9 +54,12 @@ def up(
     mode: ModeWanted = "auto",
     docker: bool = True,
     systemd_hosts: int = 0,
+    real_engine: bool = False,
 ) -> SandboxState:
     """Brings up ``n`` hosts h1.. (and ``systemd_hosts`` hosts s1.. of kind systemd, see
-    :mod:`launcher.sandbox.systemd_host`); cleans a previous sandbox of the same name first."""
+    :mod:`launcher.sandbox.systemd_host`); cleans a previous sandbox of the same name first.
+    With ``real_engine`` every host's docker also holds the real vLLM image and its models dir
+    the generated model (:mod:`launcher.sandbox.realimage`; built once, ~3 GB)."""
     require_root()
     state.check_name(name)
     if n < 0 or systemd_hosts < 0 or n + systemd_hosts < 1:
@@ -68,12 +71,15 @@ def up(
     base.mkdir(parents=True)
     with ExitStack() as stack:
         # Held (shared lock) until every data-root is seeded: no concurrent build prunes it.
-        template = stack.enter_context(image.template()) if docker else None
+        template = stack.enter_context(image.template(real_engine)) if docker else None
         st = SandboxState(name=name, mode="netns", dir=str(base), image_tags=(image.IMAGE, *tags))
+        model = realimage.model_path(template.parent) if template is not None and real_engine else None
         try:
             st = _network(st, mode)
             st = _hosts(st, n)
             st = _start_sshds(st)
+            if model is not None:
+                _parallel(lambda h: _copy_model(model, Path(h.dir)), st.hosts)
             if template is not None:
                 st = _start_dockerds(st, template)
             if systemd_hosts:
@@ -169,6 +175,11 @@ def _start_sshds(st: SandboxState) -> SandboxState:
         st = st.with_host(replace(h, mnt_ns=procs.ns_inode(h.sshd.pid, "mnt")))
     state.save(st)
     return st
+
+
+def _copy_model(model: Path, host_dir: Path) -> None:
+    """The generated model into the host's models dir (hardlinks: the engines mount it read-only)."""
+    subprocess.run(("cp", "-al", str(model), str(host_dir / "srv/models" / realimage.MODEL)), check=True)
 
 
 def _start_dockerds(st: SandboxState, template: Path) -> SandboxState:

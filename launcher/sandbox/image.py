@@ -122,12 +122,17 @@ def source_hash() -> str:
 
 
 @contextmanager
-def template() -> Iterator[Path]:
+def template(real_engine: bool = False) -> Iterator[Path]:
     """The data-root template holding ``fleet-standin:latest`` (built once per input hash),
-    held with a shared lock for as long as the caller seeds data-roots from it."""
+    and with ``real_engine`` also the real vLLM image (:mod:`launcher.sandbox.realimage`); held
+    with a shared lock for as long as the caller seeds data-roots from it."""
+    from launcher.sandbox import realimage  # it builds on this module's helpers
+
     cache = cache_root() / IMAGES
     cache.mkdir(parents=True, exist_ok=True)
     digest = source_hash()
+    if real_engine:
+        digest = hashlib.sha256(f"{digest}+{realimage.digest()}".encode()).hexdigest()[:16]
     path = cache / f"template-{digest}"
     with open(cache / ".lock", "w") as build_lock:
         fcntl.flock(build_lock, fcntl.LOCK_EX)  # one build at a time (parallel `up`s, test workers)
@@ -135,7 +140,7 @@ def template() -> Iterator[Path]:
         fcntl.flock(hold, fcntl.LOCK_SH)  # taken before the build lock is released
         try:
             if not path.is_dir():
-                _build(cache, digest, path)
+                _build(cache, source_hash(), path, real_engine)
             os.utime(path)  # most recently used: pruned last
             _prune(cache, keep=(digest, base_hash()))
         except BaseException:
@@ -147,18 +152,21 @@ def template() -> Iterator[Path]:
         hold.close()
 
 
-def ensure_template() -> Path:
+def ensure_template(real_engine: bool = False) -> Path:
     """The template's path, built if needed (not held: prefer :func:`template`)."""
-    with template() as path:
+    with template(real_engine) as path:
         return path
 
 
-def _build(cache: Path, digest: str, path: Path) -> None:
+def _build(cache: Path, digest: str, path: Path, real_engine: bool) -> None:
+    from launcher.sandbox import realimage
+
     try:
         tar = cache / f"standin-{digest}.tar"
         if not tar.exists():
             _build_tar(cache, tar)
-        build_template(tar, path)
+        extra = ((realimage.ensure(cache)[0], realimage.IMAGE, realimage.CHANGES),) if real_engine else ()
+        build_template(tar, path, extra=extra)
     except subprocess.CalledProcessError as err:
         cmd = err.cmd if isinstance(err.cmd, str) else " ".join(map(str, err.cmd))
         raise FleetError(f"sandbox image: `{cmd[:120]}` exited {err.returncode}") from err
@@ -201,9 +209,10 @@ def _prune(cache: Path, keep: tuple[str, ...]) -> None:
             tar.unlink(missing_ok=True)
 
 
-def _download_debs(debs: Path) -> tuple[Path, ...]:
+def download_debs(debs: Path, packages: tuple[str, ...] = PACKAGES) -> tuple[Path, ...]:
+    """The ``.deb`` of each package (``apt-get download`` once, kept in ``debs``)."""
     debs.mkdir(parents=True, exist_ok=True)
-    missing = [p for p in PACKAGES if not any(debs.glob(f"{p}_*.deb"))]
+    missing = [p for p in packages if not any(debs.glob(f"{p}_*.deb"))]
     if missing:
         cmd = ("apt-get", "download", "-q", *missing)
         proc = subprocess.run(cmd, cwd=debs, capture_output=True, text=True)
@@ -213,10 +222,10 @@ def _download_debs(debs: Path) -> tuple[Path, ...]:
         if proc.returncode != 0:
             last = proc.stderr.strip().splitlines()[-1:] or ["no output"]
             raise FleetError(f"sandbox image: apt-get download failed: {last[0]}")
-    return tuple(sorted(next(iter(sorted(debs.glob(f"{p}_*.deb")))) for p in PACKAGES))
+    return tuple(sorted(next(iter(sorted(debs.glob(f"{p}_*.deb")))) for p in packages))
 
 
-def _wheel_glob(pin: str) -> str:
+def wheel_glob(pin: str) -> str:
     name, _, version = pin.partition("==")
     return f"{re.sub(r'[-_.]+', '_', name).lower()}-{version}-*.whl"
 
@@ -227,7 +236,7 @@ def _download_wheels(wheels: Path) -> tuple[Path, ...]:
     wheels.mkdir(parents=True, exist_ok=True)
 
     def found(pin: str) -> list[Path]:
-        return sorted(p for p in wheels.iterdir() if fnmatch.fnmatch(p.name.lower(), _wheel_glob(pin)))
+        return sorted(p for p in wheels.iterdir() if fnmatch.fnmatch(p.name.lower(), wheel_glob(pin)))
 
     missing = [pin for pin in ROUTER_WHEELS if not found(pin)]
     if missing:
@@ -248,7 +257,7 @@ def _download_wheels(wheels: Path) -> tuple[Path, ...]:
     return tuple(out)
 
 
-def _install_wheel(wheel: Path, site: Path) -> None:
+def install_wheel(wheel: Path, site: Path) -> None:
     """A wheel install is an unzip, plus moving ``*.data/{purelib,platlib}`` into the site dir."""
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(site)
@@ -260,15 +269,45 @@ def _install_wheel(wheel: Path, site: Path) -> None:
         shutil.rmtree(data)
 
 
-def _chroot_python(root: Path, *args: str) -> None:
-    """Runs the image's own python inside the rootfs (its bytecode magic, its sys.path)."""
-    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+def chroot_python(root: Path, *args: str, wrap: tuple[str, ...] = ()) -> None:
+    """Runs the image's own python inside the rootfs (its bytecode magic, its sys.path);
+    ``wrap`` is a command prefix that execs the rest (e.g. mounts first)."""
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
     chroot = shutil.which("chroot", path="/usr/sbin:/usr/bin:/sbin:/bin") or "chroot"
-    proc = subprocess.run((chroot, str(root), "/usr/bin/python3.11", *args), capture_output=True,
+    proc = subprocess.run((*wrap, chroot, str(root), "/usr/bin/python3.11", *args), capture_output=True,
                           text=True, env=env)  # fmt: skip
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise FleetError(f"sandbox image: python in the image failed ({' '.join(args[:3])}): {tail}")
+
+
+def unpack_rootfs(root: Path, debs: tuple[Path, ...], trim: tuple[str, ...]) -> None:
+    """A fresh ``root``: the debs unpacked (``dpkg -x``), ``trim`` removed, :func:`finish_rootfs`."""
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir()
+    for deb in debs:
+        subprocess.run(("dpkg", "-x", str(deb), str(root)), check=True)
+    for sub in trim:
+        shutil.rmtree(root / sub, ignore_errors=True)
+    finish_rootfs(root)
+
+
+def finish_rootfs(root: Path) -> None:
+    """What an unpacked set of debs lacks to be a root: python3, busybox applets, root's
+    account, the mount points and a sticky /tmp."""
+    python3 = root / "usr/bin/python3"
+    if not python3.is_symlink() and not python3.exists():
+        python3.symlink_to("python3.11")
+    for applet in _APPLETS:
+        link = root / "bin" / applet
+        if not link.exists() and not link.is_symlink():
+            link.symlink_to("busybox")
+    (root / "etc").mkdir(exist_ok=True)
+    (root / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
+    (root / "etc/group").write_text("root:x:0:\n")
+    for sub in ("tmp", "root", "proc", "sys", "dev", "run"):
+        (root / sub).mkdir(exist_ok=True)
+    (root / "tmp").chmod(0o1777)
 
 
 def _base_rootfs(cache: Path) -> Path:
@@ -277,33 +316,17 @@ def _base_rootfs(cache: Path) -> Path:
     if base.is_dir():
         os.utime(base)
         return base
-    debs = _download_debs(cache.parent / "debs")
+    debs = download_debs(cache.parent / "debs")
     wheels = _download_wheels(cache.parent / "wheels")
     work = base.with_name(base.name + ".build")
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir()
-    for deb in debs:
-        subprocess.run(("dpkg", "-x", str(deb), str(work)), check=True)
-    for sub in _TRIM:
-        shutil.rmtree(work / sub, ignore_errors=True)
-    (work / "usr/bin/python3").symlink_to("python3.11")
-    for applet in _APPLETS:
-        link = work / "bin" / applet
-        if not link.exists():
-            link.symlink_to("busybox")
-    (work / "etc").mkdir(exist_ok=True)
-    (work / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
-    (work / "etc/group").write_text("root:x:0:\n")
-    for sub in ("tmp", "root", "proc", "sys", "dev", "run"):
-        (work / sub).mkdir(exist_ok=True)
-    (work / "tmp").chmod(0o1777)
+    unpack_rootfs(work, debs, _TRIM)
     site = work / SITE
     site.mkdir(parents=True, exist_ok=True)
     for wheel in wheels:
-        _install_wheel(wheel, site)
+        install_wheel(wheel, site)
     # The router's whole import chain must load with the image's python and libraries.
-    _chroot_python(work, "-c", "import sglang_router.launch_router, sglang_router.sglang_router_rs")
-    _chroot_python(work, "-m", "compileall", "-q", "/usr/lib/python3.11", f"/{SITE}")
+    chroot_python(work, "-c", "import sglang_router.launch_router, sglang_router.sglang_router_rs")
+    chroot_python(work, "-m", "compileall", "-q", "/usr/lib/python3.11", f"/{SITE}")
     work.replace(base)
     return base
 
@@ -319,16 +342,20 @@ def _build_tar(cache: Path, tar: Path) -> None:
             path.unlink(missing_ok=True)  # a new inode: the base's files stay untouched
             path.write_bytes(content)
             path.chmod(0o755 if rel.startswith("usr/local/bin/") else 0o644)
-        _chroot_python(root, "-m", "compileall", "-q", "/app")
+        chroot_python(root, "-m", "compileall", "-q", "/app")
         part = tar.with_suffix(".part")
         subprocess.run(("tar", "-C", str(root), "-cf", str(part), "."), check=True)
         part.chmod(0o644)
         part.replace(tar)
 
 
-def build_template(tar: Path, template: Path, *, image: str = IMAGE, changes: tuple[str, ...] = _CHANGES) -> None:
-    """Imports the rootfs ``tar`` as ``image`` into a throw-away dockerd (private mount ns, own
-    /run) and keeps that daemon's data-root as ``template``."""
+def build_template(
+    tar: Path, template: Path, *, image: str = IMAGE, changes: tuple[str, ...] = _CHANGES,
+    extra: tuple[tuple[Path, str, tuple[str, ...]], ...] = (),
+) -> None:
+    """Imports the rootfs ``tar`` as ``image`` (and each (tar, image, changes) of ``extra``) into
+    a throw-away dockerd (private mount ns, own /run) and keeps that daemon's data-root as
+    ``template``."""
     work = template.with_name(template.name + ".build")
     shutil.rmtree(work, ignore_errors=True)
     (work / "run").mkdir(parents=True)
@@ -355,13 +382,14 @@ def build_template(tar: Path, template: Path, *, image: str = IMAGE, changes: tu
             if time.monotonic() > deadline:
                 raise FleetError(f"sandbox image: template dockerd not ready, see {work}/dockerd.log")
             time.sleep(0.05)
-        flags = tuple(x for c in changes for x in ("-c", c))
-        imp = subprocess.run(
-            ("docker", "-H", f"unix://{sock}", "import", *flags, str(tar), image),
-            capture_output=True, text=True,
-        )  # fmt: skip
-        if imp.returncode != 0:
-            raise FleetError(f"sandbox image: docker import failed: {imp.stderr.strip()}")
+        for one_tar, name, one_changes in ((tar, image, changes), *extra):
+            flags = tuple(x for c in one_changes for x in ("-c", c))
+            imp = subprocess.run(
+                ("docker", "-H", f"unix://{sock}", "import", *flags, str(one_tar), name),
+                capture_output=True, text=True,
+            )  # fmt: skip
+            if imp.returncode != 0:
+                raise FleetError(f"sandbox image: docker import of {name} failed: {imp.stderr.strip()}")
     finally:
         procs.kill_all((daemon,), 20.0)
         proc.wait()

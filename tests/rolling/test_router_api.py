@@ -47,6 +47,17 @@ def test_router_worker_management_calls() -> None:
     assert ("POST", "http://r:8000/workers", {"url": "http://10.0.0.3:30000", "worker_type": "prefill", "bootstrap_port": 8998}) in http.calls
 
 
+def test_vllm_router_workers_are_deleted_by_url() -> None:
+    """vllm-router 0.1.17 (seen live in the real-engine sandbox) lists workers without an id and
+    removes one with ``DELETE /workers/<url-encoded URL>``."""
+    listed = json.dumps({"workers": [{"url": "http://10.0.0.1:8100", "model_id": "unknown", "worker_type": "regular",
+                                      "is_healthy": True, "load": 0}], "total": 1})  # fmt: skip
+    gone = "http://r:8300/workers/http%3A%2F%2F10.0.0.1%3A8100"
+    http = FakeHttp({("GET", "http://r:8300/workers"): (200, listed), ("DELETE", gone): (200, '{"success":true}')})
+    assert RouterClient("http://r:8300", http).remove("http://10.0.0.1:8100") is True
+    assert ("DELETE", gone, None) in http.calls
+
+
 def test_router_errors_are_one_line() -> None:
     r = RouterClient("http://r:8000", FakeHttp({("GET", "http://r:8000/workers"): (500, "boom\nmore")}))
     with pytest.raises(RouterError) as err:

@@ -1,0 +1,101 @@
+"""The probes fleet sends an engine, as one function: run against the real vLLM and against the
+stand-in, the results must match (the stand-in's contract, checked).
+
+- health: ``GET /health`` 200 once serving (fleet's health gate);
+- models: ``GET /v1/models`` names the served model;
+- in-flight counter: :func:`launcher.rolling.router_api.inflight` (what drain waits on) reads 0
+  when idle, >= 1 while a stream runs, 0 again after;
+- chat: ``POST /v1/chat/completions`` shape (object, role, finish_reason, usage);
+- streaming: SSE ``data:`` chunks of ``chat.completion.chunk``, the first delta carrying the
+  role, the last a finish_reason, then ``data: [DONE]``; usage on request (include_usage).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.request
+from typing import Any
+
+from launcher.rolling.router_api import DirectHttp, inflight
+
+STREAM_TOKENS = 120
+
+
+def _post(base: str, body: dict[str, Any], timeout: float = 120.0) -> bytes:
+    req = urllib.request.Request(f"{base}/v1/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})  # fmt: skip
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return bytes(r.read())
+
+
+def stream_events(base: str, model: str, max_tokens: int, timeout: float = 300.0) -> list[Any]:
+    """The SSE events of one streamed chat completion (JSON objects, then the string [DONE])."""
+    body = {"model": model, "messages": [{"role": "user", "content": "tell a long story"}],
+            "max_tokens": max_tokens, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}}  # fmt: skip
+    raw = _post(base, body, timeout).decode()
+    out: list[Any] = []
+    for line in raw.splitlines():
+        if line.startswith("data: "):
+            data = line[len("data: "):]
+            out.append(data if data == "[DONE]" else json.loads(data))
+    return out
+
+
+def probe(base: str, model: str) -> dict[str, Any]:
+    """What fleet's probes observe of the engine at ``base`` (normalised: shapes, not values)."""
+    seen: dict[str, Any] = {}
+    with urllib.request.urlopen(f"{base}/health", timeout=10) as r:
+        seen["health"] = r.status
+    with urllib.request.urlopen(f"{base}/v1/models", timeout=10) as r:
+        models = json.loads(r.read())
+    seen["models"] = (models.get("object"), [m.get("id") for m in models.get("data", [])])
+    http = DirectHttp()
+    seen["inflight_idle"] = inflight(http, base)
+
+    chat = json.loads(_post(base, {"model": model, "messages": [{"role": "user", "content": "hello"}],
+                                   "max_tokens": 5, "ignore_eos": True}))  # fmt: skip
+    choice = chat["choices"][0]
+    seen["chat"] = (chat["object"], choice["message"]["role"], type(choice["message"]["content"]).__name__,
+                    choice["finish_reason"], chat["usage"]["completion_tokens"],
+                    sorted(k for k in chat["usage"] if k in ("prompt_tokens", "completion_tokens", "total_tokens")))  # fmt: skip
+
+    events: list[Any] = []
+    t = threading.Thread(target=lambda: events.extend(stream_events(base, model, STREAM_TOKENS)))
+    t.start()
+    busy = 0
+    deadline = time.monotonic() + 60
+    while t.is_alive() and time.monotonic() < deadline:
+        n = inflight(http, base)
+        busy = max(busy, n or 0)
+        if busy:
+            break
+        time.sleep(0.05)
+    t.join(timeout=300)
+    seen["inflight_busy_seen"] = busy >= 1
+    chunks = [e for e in events if isinstance(e, dict)]
+    content = [c for c in chunks if c.get("choices") and c["choices"][0]["delta"].get("content")]
+    finishes = [c["choices"][0]["finish_reason"] for c in chunks if c.get("choices") and c["choices"][0]["finish_reason"]]
+    usage = [c["usage"] for c in chunks if c.get("usage")]
+    seen["stream"] = (
+        {c["object"] for c in chunks}, chunks[0]["choices"][0]["delta"].get("role") if chunks else None,
+        finishes, events[-1] if events else None, usage[-1]["completion_tokens"] if usage else None,
+        len(content) > 0,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while (left := inflight(http, base)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    seen["inflight_after"] = left
+    return seen
+
+
+EXPECTED = {
+    "health": 200,
+    "inflight_idle": 0,
+    "chat": ("chat.completion", "assistant", "str", "length", 5, ["completion_tokens", "prompt_tokens", "total_tokens"]),
+    "inflight_busy_seen": True,
+    "stream": ({"chat.completion.chunk"}, "assistant", ["length"], "[DONE]", STREAM_TOKENS, True),
+    "inflight_after": 0,
+}

@@ -1,0 +1,145 @@
+"""A REAL vLLM (its CPU build, image ``fleet-vllm-cpu:0.32.0``) under fleet on one sandbox host,
+one cold start shared by the module's tests (in order):
+
+1. ``up`` returns only once the engine itself is ready (the health gate waits out a real cold
+   start): right after it, /health is 200 and /v1/models names the model, and a chat completion
+   goes through the endpoint fleet planned for the unit;
+2. the stand-in's contract: the probes fleet uses (:mod:`tests.real_engine.contract`) see the
+   same on the real engine and on the stand-in (launcher/sandbox/standin/server.py);
+3. SIGTERM, as fleet's stop sends it (``docker stop -t <grace>``), with streams in flight: with
+   the playbook's ``--shutdown-timeout`` they finish whole and the engine exits by itself;
+4. ``down`` leaves no container, unit file (but prev/) or deploy lock, and nothing listens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Iterator
+
+import pytest
+
+from launcher.render import STOP_TIMEOUT_S
+from launcher.rolling.router_api import DirectHttp, inflight
+from launcher.sandbox.client import Sandbox
+from tests.real_engine import contract
+from tests.real_engine.harness import (
+    PLAYBOOKS, REPO, chat, containers, endpoints, fleet, get, leftovers, ok, status, up_json,
+)  # fmt: skip
+
+pytestmark = pytest.mark.real_engine
+SANDBOX_HOSTS = 10
+SANDBOX_REAL_ENGINE = True
+
+PLAYBOOK = PLAYBOOKS / "real-single.yaml"
+UNIT = "fleet-sb-real-single-single0-r0"
+MODEL = "ministral-3-14b"
+STREAM_TOKENS = 400
+
+
+@pytest.fixture(scope="module")
+def single(sandbox_fleet: Sandbox) -> Iterator[dict[str, Any]]:
+    t0 = time.monotonic()
+    doc = up_json(sandbox_fleet, PLAYBOOK)
+    doc["seconds"] = time.monotonic() - t0
+    yield doc
+    if containers(sandbox_fleet, ("h1",), "sb-real-single"):
+        fleet(sandbox_fleet, "down", str(PLAYBOOK), "-q", "--break-lock")
+
+
+def test_up_returns_once_the_real_engine_is_ready(sandbox_fleet: Sandbox, single: dict[str, Any]) -> None:
+    sb = sandbox_fleet
+    print(f"real single-node up: {single['seconds']:.1f}s")
+    assert [(u["host"], u["unit"], u["action"], u["outcome"]) for u in single["units"]] == [
+        ("h1", UNIT, "start", "healthy")
+    ], single
+    base = endpoints(sb, PLAYBOOK)[UNIT]
+    assert base == f"http://{sb.addresses['h1']}:8100"
+    # No wait here: the engine answers the moment `up` returned.
+    assert get(f"{base}/health")[0] == 200
+    assert [m["id"] for m in json.loads(get(f"{base}/v1/models")[1])["data"]] == [MODEL]
+    (row,) = status(sb, PLAYBOOK)
+    assert (row["unit"], row["state"], row["health"]) == (UNIT, "running", "ok"), row
+
+    answer = chat(base, MODEL, max_tokens=8)
+    assert answer["object"] == "chat.completion"
+    assert answer["usage"]["completion_tokens"] == 8, answer
+    assert isinstance(answer["choices"][0]["message"]["content"], str)
+
+
+def test_standin_honours_the_real_engine_contract(sandbox_fleet: Sandbox, single: dict[str, Any], tmp_path: Any) -> None:
+    real = contract.probe(endpoints(sandbox_fleet, PLAYBOOK)[UNIT], MODEL)
+    assert {k: real[k] for k in contract.EXPECTED} == contract.EXPECTED, real
+    port = 18000 + os.getpid() % 1000
+    env = {**os.environ, "FLEET_STANDIN_TOKEN_MS": "5", "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "launcher.sandbox.standin.server", "vllm", "serve", "/models/tiny",
+                             "--served-model-name", MODEL, "--host", "127.0.0.1", "--port", str(port)],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if get(f"{base}/health", timeout=2)[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "stand-in did not start"
+            time.sleep(0.1)
+        standin = contract.probe(base, MODEL)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert standin == real
+
+
+def test_sigterm_lets_streams_in_flight_finish(sandbox_fleet: Sandbox, single: dict[str, Any]) -> None:
+    """fleet's stop (``docker stop -t STOP_TIMEOUT_S``: SIGTERM, then SIGKILL after the grace) with
+    two long streams in flight.  Measured (docs/real-engine.md): vLLM's default (--shutdown-timeout
+    0) kills its engine core at once and then waits on the open streams until SIGKILL -- the
+    streams are cut (no [DONE]) after the whole grace, exit 137.  The playbook's
+    ``--shutdown-timeout 60`` (within fleet's grace: the planner checks) lets them finish."""
+    sb = sandbox_fleet
+    base = endpoints(sb, PLAYBOOK)[UNIT]
+    results: list[Any] = []
+
+    def stream() -> None:
+        try:
+            results.append(contract.stream_events(base, MODEL, STREAM_TOKENS))
+        except OSError as err:
+            results.append(err)
+
+    threads = [threading.Thread(target=stream) for _ in range(2)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 60
+    while (inflight(DirectHttp(), base) or 0) < 2:
+        assert time.monotonic() < deadline, "the streams never showed in the engine's counter"
+        time.sleep(0.02)
+    t0 = time.monotonic()
+    stop = sb.ssh("h1", f"docker stop -t {STOP_TIMEOUT_S} {UNIT}", timeout=STOP_TIMEOUT_S + 60)
+    stopped_s = time.monotonic() - t0
+    for t in threads:
+        t.join(timeout=120)
+    exit_code = sb.ssh("h1", f"docker inspect -f '{{{{.State.ExitCode}}}}' {UNIT}").out.strip()
+    ends = [(r[-1], [c["usage"]["completion_tokens"] for c in r if isinstance(c, dict) and c.get("usage")])
+            if isinstance(r, list) else repr(r) for r in results]  # fmt: skip
+    print(f"SIGTERM with 2 streams of {STREAM_TOKENS} tokens in flight: stop took {stopped_s:.1f}s "
+          f"(grace {STOP_TIMEOUT_S}s), exit code {exit_code}, stream ends {ends}")
+    assert stop.rc == 0, stop.err
+    assert ends == [("[DONE]", [STREAM_TOKENS])] * 2, "every stream in flight finished, whole"
+    assert exit_code == "0" and stopped_s < STOP_TIMEOUT_S, "the engine exited by itself within the grace"
+
+
+def test_down_leaves_nothing(sandbox_fleet: Sandbox, single: dict[str, Any]) -> None:
+    sb = sandbox_fleet
+    base = endpoints(sb, PLAYBOOK)[UNIT]
+    ok(fleet(sb, "down", str(PLAYBOOK), "-q"))
+    assert containers(sb, ("h1",), "sb-real-single") == []
+    assert leftovers(sb, ("h1",), "sb-real-single") == []
+    with pytest.raises(OSError):  # nothing listens there any more
+        get(f"{base}/health", timeout=3)
