@@ -39,10 +39,8 @@ TOKEN = "hf_sandboxSECRET0123456789"
 OVERRIDE = '  engine_args: [--max-running-requests, "16"]\n'
 
 
-def fleet(sb: Sandbox, *args: str, env: dict[str, str] | None = None, known: bool = True) -> subprocess.CompletedProcess[str]:
-    cmd = ["fleet", *args[:1], *args[1:], "-i", sb.inventory]
-    if known:
-        cmd += ["--known-hosts", sb.known_hosts]
+def fleet(sb: Sandbox, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    cmd = ["fleet", *args[:1], *args[1:], "-i", sb.inventory, "--known-hosts", sb.known_hosts]
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=300, cwd=REPO)
 
@@ -336,9 +334,19 @@ def _grep(hostdir: Path, subdirs: tuple[str, ...]) -> list[Path]:
 
 def test_unknown_host_key_stops_up_before_anything_runs(sandbox_fleet: Sandbox, tmp_path: Path) -> None:
     sb = sandbox_fleet
+    env = {**os.environ, "HOME": str(tmp_path)}
+    # The sandbox's own inventory names its known_hosts (-o UserKnownHostsFile=...): enough alone.
+    run = ["fleet", "run", "-i", sb.inventory, "h1", "--", "true"]
+    assert subprocess.run(run, capture_output=True, text=True, env=env, timeout=120, cwd=REPO).returncode == 0
+    # The same inventory pointing at a known_hosts without h1: refused before anything runs.
+    empty = tmp_path / "empty_known_hosts"
+    empty.write_text("")
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text(Path(sb.inventory).read_text().replace(sb.known_hosts, str(empty)))
     pb = tmp_path / "hostkey.yaml"
     pb.write_text((PLAYBOOKS / "single.yaml").read_text().replace("name: sb-single", "name: sb-hostkey"))
-    proc = fleet(sb, "up", str(pb), known=False, env={"HOME": str(tmp_path)})
+    proc = subprocess.run(["fleet", "up", str(pb), "-i", str(inv)], capture_output=True, text=True, env=env,
+                          timeout=300, cwd=REPO)  # fmt: skip
     assert proc.returncode == 2, proc.stderr
     # Progress notes (the preflight gate's) may precede it; the error is the last line.
     assert proc.stderr.splitlines()[-1].startswith("fleet: error: h1: host key"), proc.stderr
