@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -22,7 +23,8 @@ import yaml
 from launcher.sandbox import fleet as sandbox
 from launcher.sandbox import state as sandbox_state
 from launcher.sandbox.client import Sandbox
-from tests.rolling.conftest import PLAYBOOKS, Router, fleet, ok, unit_rows
+from tests.cli_process import CliProcess
+from tests.rolling.conftest import PLAYBOOKS, Router, fleet, http, ok, unit_rows, wait_for
 from tests.rolling.loadgen import LoadGen
 
 pytestmark = pytest.mark.sandbox
@@ -91,6 +93,29 @@ def test_up_status_logs_from_the_real_journal(sb: Sandbox) -> None:
         # SyslogIdentifier, with the stand-in's generation-1 readiness event.
         assert any(f" {h} systemd[1]: Started {UNITS[h]}.service" in line for line in mine), mine
         assert any(f" {h} {UNITS[h]}[" in line and '"event": "ready", "generation": "1"' in line for line in mine), mine
+
+
+def test_logs_follow_reads_each_new_journal_entry_once(sb: Sandbox, tmp_path: Path) -> None:
+    """``fleet logs -f`` polls the journal by cursor (``--after-cursor``): three requests to s1
+    show up as exactly three new request lines, none repeated by later polls."""
+    cli = CliProcess(["fleet", "logs", str(V1), "-i", sb.inventory, "--known-hosts", sb.known_hosts,
+                      "--tail", "1", "-f"], tmp_path, "follow")  # fmt: skip
+
+    def served() -> list[str]:
+        return [line for line in cli.stdout.splitlines() if line.startswith(f"s1/{UNITS['s1']} | ") and '"event": "request",' in line]
+
+    try:
+        wait_for("the first followed lines", lambda: cli.stdout.strip(), timeout=60)
+        before = len(served())
+        for i in range(3):
+            code, _ = http(f"http://{sb.host('s1').data_ip}:{PORT}/generate", {"text": f"follow {i}"})
+            assert code == 200
+        wait_for("three request lines", lambda: len(served()) >= before + 3, timeout=60)
+        time.sleep(3)  # several more polls: nothing is shown twice
+        assert len(served()) == before + 3, cli.stdout
+        assert len(set(served())) == len(served())
+    finally:
+        cli.close()
 
 
 def test_rolling_restart_behind_the_router_keeps_serving(sb: Sandbox, tmp_path: Path) -> None:
