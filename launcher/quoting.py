@@ -60,13 +60,21 @@ class QuotingError(FleetError):
     """A token or value that no target can carry faithfully."""
 
 
-def _check_text(what: str, text: str) -> None:
+def text_problem(text: str) -> str | None:
+    """Why ``text`` cannot be an argv token or env value (NUL; lone surrogates), or None."""
     if "\0" in text:
-        raise QuotingError(f"{what}: contains a NUL character, which no command line or env file can carry")
+        return "contains a NUL character, which no command line or env file can carry"
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        raise QuotingError(f"{what}: is not valid Unicode text (lone surrogate)") from None
+        return "is not valid Unicode text (lone surrogate)"
+    return None
+
+
+def _check_text(what: str, text: str) -> None:
+    problem = text_problem(text)
+    if problem is not None:
+        raise QuotingError(f"{what}: {problem}")
 
 
 def env_name_problem(name: str) -> str | None:
@@ -83,15 +91,6 @@ def check_env_name(name: str) -> None:
     problem = env_name_problem(name)
     if problem is not None:
         raise QuotingError(f"env name {name!r}: {problem}")
-
-
-def text_problem(text: str) -> str | None:
-    """Why ``text`` cannot be an argv token or env value (NUL; lone surrogates), or None."""
-    try:
-        _check_text("", text)
-    except QuotingError as err:
-        return str(err).removeprefix(": ")
-    return None
 
 
 def shell_join(argv: Iterable[str]) -> str:

@@ -61,7 +61,7 @@ class Trust:
     weakened: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class _Entry:
     marker: str  # "", _CA or _REVOKED
     names: str  # the host-pattern field as written
@@ -108,7 +108,7 @@ def _parse(path: Path) -> list[_Entry]:
         except (ValueError, TypeError, paramiko.SSHException, paramiko.pkey.UnknownKeyType) as err:
             log.debug("%s: skipped (%s)", where, err)  # OpenSSH skips these lines too
             continue
-        entries.append(_Entry(marker, fields[0], key, where))
+        entries.append(_Entry(marker=marker, names=fields[0], key=key, where=where))
     return entries
 
 
@@ -135,7 +135,6 @@ class KnownHosts:
         self._global = tuple(_path(f) for f in global_files)
         self._loaded: dict[Path, list[_Entry]] = {}
         self._lock = threading.Lock()
-        self.default = self.trust()
 
     @classmethod
     def for_operator(cls, extra: Sequence[str] = (), *, trust_new: bool = False) -> KnownHosts:
@@ -245,7 +244,7 @@ class KnownHosts:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         with os.fdopen(fd, "a") as out:
             out.write(f"{name} {key.get_name()} {key.get_base64()}\n")
-        self._loaded.setdefault(path, []).append(_Entry("", name, key, f"{path} (recorded now)"))
+        self._loaded.setdefault(path, []).append(_Entry(marker="", names=name, key=key, where=f"{path} (recorded now)"))
 
     def _where(self, trust: Trust) -> str:
         home = str(Path.home())

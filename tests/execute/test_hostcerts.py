@@ -108,7 +108,7 @@ def test_a_revoked_host_key_is_refused_even_when_listed(
 
 
 def test_global_known_hosts_is_read(fleet: tuple[Sshd, ...], tmp_path: Path) -> None:
-    assert KnownHosts.for_operator().default.files[2:4] == tuple(Path(p) for p in GLOBAL_KNOWN_HOSTS)
+    assert KnownHosts.for_operator().trust().files[2:4] == tuple(Path(p) for p in GLOBAL_KNOWN_HOSTS)
     glob = tmp_path / "ssh_known_hosts"
     glob.write_text(f"{fleet[0].known_line}\n")
     assert _connect(fleet[0], tmp_path / "none", tmp_path, global_files=(glob,))
