@@ -294,8 +294,15 @@ class SshConnector:
         return SshConnector(self._known, self.options)
 
     def known_keys(self, endpoint: Endpoint) -> dict[str, paramiko.PKey]:
-        """The host keys this connector accepts for ``endpoint``, by key type."""
-        return self._known.keys_for(endpoint.known_name, endpoint.trust)
+        """The host keys this connector accepts for ``endpoint``, by key type: its known_hosts
+        keys, else, for a host known through a ``@cert-authority``, the key its certificate
+        proved (connecting for it)."""
+        keys = self._known.keys_for(endpoint.known_name, endpoint.trust)
+        if keys or not self._known.preference(endpoint.known_name, endpoint.trust)[1]:
+            return keys
+        transport = self._client(endpoint).get_transport()
+        key = transport.get_remote_server_key() if transport is not None else None
+        return {key.get_name(): key} if key is not None else {}
 
     def close(self) -> None:
         with self._lock:

@@ -112,3 +112,16 @@ def test_global_known_hosts_is_read(fleet: tuple[Sshd, ...], tmp_path: Path) -> 
     glob = tmp_path / "ssh_known_hosts"
     glob.write_text(f"{fleet[0].known_line}\n")
     assert _connect(fleet[0], tmp_path / "none", tmp_path, global_files=(glob,))
+
+
+def test_known_keys_of_a_ca_vouched_host_are_the_key_its_certificate_proved(
+    sshd_factory: SshdFactory, tmp_path: Path
+) -> None:
+    """What `fleet weights` writes into the hosts' own known_hosts for rsync between them."""
+    ca, ca_pub = _ca(tmp_path)
+    sshd = sshd_factory.start("cert-keys", ca=ca)
+    known = tmp_path / "known_hosts"
+    known.write_text(f"@cert-authority * {ca_pub}\n")
+    with SshConnector(KnownHosts((known,), record_to=tmp_path / "rec"), TEST_OPTIONS) as c:
+        keys = c.known_keys(c.endpoint(sshd.host()))
+    assert {t: f"{k.get_name()} {k.get_base64()}" for t, k in keys.items()} == {"ssh-ed25519": sshd.host_key}
