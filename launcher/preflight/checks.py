@@ -126,6 +126,7 @@ class Reach:
     unit: str
     error: str | None  # None: reached; else why not
     probed: bool = True  # False: the probe could not run (error says why)
+    unreachable: str = ""  # not probed because SSH could not reach this host (error says how)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -931,7 +932,12 @@ def _reach_checks(probes: ProbeResults) -> list[Check]:
     for r in probes.reach:
         t = r.target
         name = f"reach {t.label}"
-        if not r.probed:
+        if r.unreachable:
+            down = r.unreachable
+            out.append(Check(host=r.client, unit=r.unit, name=name, status="warn",
+                             message=f"{t.label} {t.key} on {t.host} not probed: {down} is unreachable over SSH "
+                             f"({r.error})", fix=f"check SSH to {down}: fleet run -i <inventory> {down} -- true"))
+        elif not r.probed:
             out.append(Check(host=r.client, unit=r.unit, name=name, status="warn",
                              message=f"{t.label} {t.key} on {t.host} not probed: {r.error}",
                              fix="install python3 on both hosts (the probe uses its standard library)"))

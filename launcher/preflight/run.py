@@ -160,28 +160,34 @@ def _probe_host(host: Host, transport: Transport, paths: tuple[str, ...], images
 
 
 def _reachability(targets: Sequence[ReachTarget], inventory: Inventory, connector: Connector, forks: int,
-                  facts: Mapping[str, HostFacts], listening: Mapping[str, frozenset[int]],
+                  facts: Mapping[str, HostFacts], unreachable: Mapping[str, str],
+                  listening: Mapping[str, frozenset[int]],
                   note: Note) -> tuple[tuple[Reach, ...], dict[tuple[str, str], str]]:
-    """Listeners up, clients connect, listeners down (in ``finally``)."""
+    """Listeners up, clients connect, listeners down (in ``finally``).  ``unreachable``: the
+    hosts the facts round could not reach, and how that was seen."""
     reach: list[Reach] = []
     listener_errors: dict[tuple[str, str], str] = {}
 
-    def usable(host: str) -> str | None:
+    def unusable(host: str) -> tuple[str, str] | None:
+        """Why no probe can run on ``host``: (error, the host if SSH could not reach it)."""
         hf = facts.get(host)
         if hf is None:
-            return "no facts (host unreachable)"
+            return unreachable.get(host, "no facts gathered"), host
         if hf.python3 is None:
-            return f"python3 is not on PATH on {host}"
+            return f"python3 is not on PATH on {host}", ""
         return None
+
+    def usable(host: str) -> bool:
+        return unusable(host) is None
 
     runnable: list[ReachTarget] = []
     for t in targets:
-        problem = usable(t.host)
+        problem = unusable(t.host)
         for client, unit, _ in t.clients:
-            why = problem or usable(client)
+            why = problem or unusable(client)
             if why is not None:
-                reach.append(Reach(target=t, client=client, unit=unit, error=why, probed=False))
-        if problem is None and any(usable(c) is None for c, _, _ in t.clients):
+                reach.append(Reach(target=t, client=client, unit=unit, error=why[0], probed=False, unreachable=why[1]))
+        if problem is None and any(usable(c) for c, _, _ in t.clients):
             runnable.append(t)
     if not runnable:
         return tuple(reach), listener_errors
@@ -218,7 +224,7 @@ def _reachability(targets: Sequence[ReachTarget], inventory: Inventory, connecto
             if (t.host, t.key) in listener_errors:
                 continue
             for client, unit, src in t.clients:
-                if usable(client) is None:
+                if usable(client):
                     jobs.setdefault(client, []).append((t, unit, src))
 
         def connect(host: Host, transport: Transport) -> dict[str, str | None]:
@@ -239,8 +245,10 @@ def _reachability(targets: Sequence[ReachTarget], inventory: Inventory, connecto
                         shown = f"{got} (from {src})" if got is not None and not got.startswith("cannot bind") else got
                         reach.append(Reach(target=t, client=res.host.name, unit=unit, error=shown))
                 else:
+                    down = res.host.name if isinstance(res, Unreachable) else ""
                     for t, unit, _ in mine:
-                        reach.append(Reach(target=t, client=res.host.name, unit=unit, error=outcome_reason(res), probed=False))
+                        reach.append(Reach(target=t, client=res.host.name, unit=unit, error=outcome_reason(res),
+                                           probed=False, unreachable=down))
     finally:
         if pids:
             def stop(host: Host, transport: Transport) -> None:
@@ -299,7 +307,8 @@ def run_preflight(
     listener_errors: dict[tuple[str, str], str] = {}
     if targets:
         note(f"preflight: reachability of {len(targets)} port(s)")
-        reach, listener_errors = _reachability(targets, inventory, connector, forks, facts, listening, note)
+        reach, listener_errors = _reachability(targets, inventory, connector, forks, facts, gathered.unreachable,
+                                                 listening, note)
     probes = ProbeResults(
         listening_ports=listening,
         running_units={h: p.running for h, p in host_probes.items()},

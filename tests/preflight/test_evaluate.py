@@ -403,6 +403,11 @@ def test_reach_verdicts() -> None:
         (Reach(target=t, client="gpu-02", unit="fleet-ds-rank0-r1", error="python3 is not on PATH on gpu-02", probed=False),
          "warn: gpu-02/fleet-ds-rank0-r1: reach dist-init: dist-init 10.0.11.1:20000 on gpu-01 not probed: python3 "
          "is not on PATH on gpu-02 (fix: install python3 on both hosts (the probe uses its standard library))"),
+        (Reach(target=t, client="gpu-02", unit="fleet-ds-rank0-r1", error="timed out connecting to 10.0.0.2:22",
+               probed=False, unreachable="gpu-02"),
+         "warn: gpu-02/fleet-ds-rank0-r1: reach dist-init: dist-init 10.0.11.1:20000 on gpu-01 not probed: gpu-02 is "
+         "unreachable over SSH (timed out connecting to 10.0.0.2:22) (fix: check SSH to gpu-02: fleet run -i "
+         "<inventory> gpu-02 -- true)"),
     ]
     for reach, line in cases:
         (c,) = [c for c in preflight.evaluate(plan, inv, RECIPE, facts, probes(reach=(reach,))) if c.name.startswith("reach")]

@@ -168,8 +168,9 @@ def test_listener_crash_is_reported_and_cleanup_still_runs() -> None:
     connector = Scripted(handler)
     checks = run(inventory("h2", "h6"), connector)
     assert lines(checks, "warn")[-1] == (
-        "warn: h6/fleet-x-rank0-r1: reach dist-init: dist-init 198.18.48.12:20000 on h2 not probed: connection lost "
-        "during reachability client (fix: install python3 on both hosts (the probe uses its standard library))")
+        "warn: h6/fleet-x-rank0-r1: reach dist-init: dist-init 198.18.48.12:20000 on h2 not probed: h6 is unreachable "
+        "over SSH (connection lost during reachability client) (fix: check SSH to h6: fleet run -i <inventory> h6 -- "
+        "true)")
     assert connector.log[-1] == ("h2", "cleanup")
 
 
@@ -211,8 +212,10 @@ def test_unreachable_host_fails_and_is_not_probed() -> None:
         "<inventory> h6 -- true)",
     ]
     assert [h for h, _ in connector.log] == ["h2", "h2"]
-    assert "warn: h6/fleet-x-rank0-r1: reach dist-init: dist-init 198.18.48.12:20000 on h2 not probed: no facts " \
-        "(host unreachable) (fix: install python3 on both hosts (the probe uses its standard library))" in lines(checks)
+    # The hint names the host SSH could not reach and how that was seen (issue 16 item 11).
+    assert "warn: h6/fleet-x-rank0-r1: reach dist-init: dist-init 198.18.48.12:20000 on h2 not probed: h6 is " \
+        "unreachable over SSH (no SSH banner from 198.18.48.16 within 10s) (fix: check SSH to h6: fleet run -i " \
+        "<inventory> h6 -- true)" in lines(checks)
 
 
 def test_host_without_python3_is_not_probed() -> None:
