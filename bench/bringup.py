@@ -124,7 +124,7 @@ def floor(pb: Path, inv: Path, known: str) -> dict[str, Any]:
 
     from launcher.pipeline import load_target
     from launcher.deploy.desired import step_of
-    from launcher.deploy.steps import probe_argv, stop_argv
+    from launcher.deploy.steps import probe_argv
     from launcher.execute.hostkeys import KnownHosts
     from launcher.execute.ssh import SshConnector
 
@@ -136,7 +136,7 @@ def floor(pb: Path, inv: Path, known: str) -> dict[str, Any]:
     with SshConnector(KnownHosts((known,), record_to=os.devnull)) as conn:
         transports = {d.name: conn.connect(hosts[d.host]) for d in target.units}
         for d in reversed(target.units):  # sequential: untimed
-            transports[d.name].run(stop_argv(d.unit.runtime, d.name), timeout=120, check=True)
+            transports[d.name].run(d.commands.remove(), timeout=120, check=True)
         t0 = time.perf_counter()
 
         def one(d: Any) -> None:

@@ -35,7 +35,7 @@ from launcher.preflight import facts_cache
 
 if TYPE_CHECKING:
     from launcher.deploy.desired import Desired
-    from launcher.deploy.orchestrate import Target
+    from launcher.deploy.session import Target
     from launcher.render import RenderedPlan
 
 # render (jinja2) and the deploy layer (paramiko) are imported by the functions that need them:
@@ -139,7 +139,7 @@ def target_of(dep: Deployment, limit_pattern: str | None = None, secrets: Mappin
     """The deploy layer's view of ``dep``, narrowed to ``limit_pattern``'s hosts (units on other
     hosts and those hosts themselves left out)."""
     from launcher.deploy.desired import limit
-    from launcher.deploy.orchestrate import Target
+    from launcher.deploy.session import Target
 
     units, hosts = dep.units, dep.hosts
     if limit_pattern is not None:

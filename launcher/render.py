@@ -21,9 +21,11 @@ value from its own environment, which ``run.sh`` fills by sourcing ``env``/``sec
 ``set -a`` and systemd fills with ``EnvironmentFile=``; :mod:`launcher.quoting` writes one env
 format that both read byte-identically.
 
-Actions are left to the executor: each :class:`RenderedUnit` names its files and gives the
-argv to start and stop it (docker: ``sh run.sh`` / ``docker stop``; systemd: ``systemctl``).
-The executor orders starts (``Unit.start_order``, ``wants``, health) and keeps multi-node groups
+Actions are left to the executor, but render builds every command it runs for a unit: each
+:class:`RenderedUnit` names its files and carries its :class:`UnitCommands` (start, the
+runtime's own stop, remove with or without a drain grace, hold), and :func:`rdma_flags` are the
+docker flags that decide what a container sees of RDMA (preflight's probe container gets the
+same).  The executor orders starts (``Unit.start_order``, ``wants``, health) and keeps multi-node groups
 together: systemd cannot bind units on different hosts to each other, so when any rank of a
 group is down or unhealthy the executor stops every rank of that group and starts them again,
 rank 0 first.  A local ``Restart=on-failure`` / ``--restart unless-stopped`` only covers single
@@ -43,13 +45,13 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import jinja2
 
 from launcher import quoting
 from launcher.errors import PlanError
-from launcher.model import Plan, Runtime, Unit
+from launcher.model import ContainerSpec, Plan, Runtime, Unit
 
 FLEET_ROOT = "/etc/fleet"
 SYSTEMD_DIR = "/etc/systemd/system"
@@ -86,6 +88,79 @@ class RenderedFile:
     mode: int
 
 
+# Removing a unit: docker stops it with SIGTERM and the drain grace ($2, if given) and removes
+# the container; systemd disables it too, so a reboot does not bring it back.  Gone already is
+# fine.
+_DOCKER_RM = (
+    'if [ -n "$2" ]; then docker stop -t "$2" "$1" >/dev/null 2>&1; fi; '
+    'out=$(docker rm -f "$1" 2>&1) || case "$out" in *"No such container"*) ;; '
+    '*) printf "%s\\n" "$out" >&2; exit 1 ;; esac'
+)
+_SYSTEMD_STOP = (
+    'out=$(systemctl disable --now "$1" 2>&1) || case "$out" in *"not loaded"*|*"does not exist"*|*"not found"*) ;; '
+    '*) printf "%s\\n" "$out" >&2; exit 1 ;; esac'
+)
+# A multi-node group going down: once one rank stops, the others fail (their process group is
+# broken) and docker's restart policy brings them back at once -- and a `docker stop` that lands
+# during that restart waits for the new process instead of stopping it.  So every rank of the
+# group gets `--restart=no` on every host before any rank is stopped.  systemd needs nothing:
+# `systemctl stop` cancels a pending automatic restart.
+_DOCKER_HOLD = 'docker update --restart=no "$@" >/dev/null 2>&1; true'
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnitCommands:
+    """Every command the executor runs for one unit, as argv lists (:func:`unit_commands`)."""
+
+    name: str
+    runtime: Runtime
+    start: tuple[tuple[str, ...], ...]  # run in order on the host
+    stop: tuple[tuple[str, ...], ...]  # the runtime's own stop (what an operator would type)
+
+    def remove(self, grace_s: int | None = None) -> tuple[str, ...]:
+        """Stops and removes the unit (docker: SIGTERM and ``grace_s`` to drain first, if
+        given; systemd: disabled too); succeeds if it is already gone."""
+        if self.runtime == "docker":
+            return ("sh", "-c", _DOCKER_RM, "sh", self.name, "" if grace_s is None else str(grace_s))
+        return ("sh", "-c", _SYSTEMD_STOP, "sh", f"{self.name}.service")
+
+
+def hold_argv(runtime: Runtime, names: Sequence[str]) -> tuple[str, ...] | None:
+    """Keeps the runtime from restarting ``names`` while they are being stopped (None: nothing
+    to do for this runtime or no names).  Never fails: a missing unit is simply not held."""
+    if runtime != "docker" or not names:
+        return None
+    return ("sh", "-c", _DOCKER_HOLD, "sh", *names)
+
+
+def unit_commands(name: str, runtime: Runtime, unit_dir: str) -> UnitCommands:
+    """The commands of unit ``name`` rendered for ``runtime`` into ``unit_dir`` (docker:
+    ``sh run.sh`` / ``docker stop``; systemd: ``systemctl``)."""
+    if runtime == "docker":
+        return UnitCommands(
+            name=name, runtime=runtime, start=(("sh", f"{unit_dir}/run.sh"),),
+            stop=(("docker", "stop", "-t", str(STOP_TIMEOUT_S), name),),
+        )  # fmt: skip
+    svc = f"{name}.service"
+    return UnitCommands(
+        name=name, runtime=runtime, start=(("systemctl", "daemon-reload"), ("systemctl", "enable", "--now", svc)),
+        stop=(("systemctl", "stop", svc),),
+    )  # fmt: skip
+
+
+def rdma_flags(c: ContainerSpec) -> tuple[str, ...]:
+    """The docker flags that decide what a container sees of RDMA devices: the unit's
+    ``docker run`` and preflight's probe container both pass exactly these."""
+    args: list[str] = []
+    for dev in c.devices:
+        args += ["--device", dev]
+    for cap in c.cap_add:
+        args += ["--cap-add", cap]
+    for ulimit in c.ulimits:
+        args += ["--ulimit", ulimit]
+    return tuple(args)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RenderedUnit:
     name: str
@@ -95,8 +170,15 @@ class RenderedUnit:
     files: tuple[str, ...]  # every rendered path of this unit, sorted (manifest included)
     manifest: str  # path of manifest.json
     secrets_file: str  # where the executor writes secrets.env (only if the unit has secrets)
-    start: tuple[tuple[str, ...], ...]  # argvs, run in order on the host
-    stop: tuple[tuple[str, ...], ...]
+    commands: UnitCommands
+
+    @property
+    def start(self) -> tuple[tuple[str, ...], ...]:
+        return self.commands.start
+
+    @property
+    def stop(self) -> tuple[tuple[str, ...], ...]:
+        return self.commands.stop
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -184,13 +266,6 @@ def _render_unit(plan: Plan, unit: Unit, runtime: Runtime) -> tuple[list[Rendere
         mode=MODE_FILE,
     )
     files.append(manifest)
-    if runtime == "docker":
-        start: tuple[tuple[str, ...], ...] = (("sh", f"{d}/run.sh"),)
-        stop: tuple[tuple[str, ...], ...] = (("docker", "stop", "-t", str(STOP_TIMEOUT_S), unit.name),)
-    else:
-        svc = f"{unit.name}.service"
-        start = (("systemctl", "daemon-reload"), ("systemctl", "enable", "--now", svc))
-        stop = (("systemctl", "stop", svc),)
     rendered = RenderedUnit(
         name=unit.name,
         runtime=runtime,
@@ -199,8 +274,7 @@ def _render_unit(plan: Plan, unit: Unit, runtime: Runtime) -> tuple[list[Rendere
         files=tuple(sorted(f.path for f in files)),
         manifest=manifest.path,
         secrets_file=f"{d}/{SECRETS_FILE}",
-        start=start,
-        stop=stop,
+        commands=unit_commands(unit.name, runtime, d),
     )
     return files, rendered
 
@@ -331,12 +405,7 @@ def docker_run_args(unit: Unit, *, detached: bool, render_hash: str) -> tuple[st
     if c.gpus:
         # docker parses --gpus as one CSV record: the list needs CSV quotes inside the token.
         args += ["--gpus", '"device=' + ",".join(str(g) for g in c.gpus) + '"']
-    for dev in c.devices:
-        args += ["--device", dev]
-    for cap in c.cap_add:
-        args += ["--cap-add", cap]
-    for ulimit in c.ulimits:
-        args += ["--ulimit", ulimit]
+    args += rdma_flags(c)
     for m in c.mounts:
         if not m.host.startswith("/") or not m.container.startswith("/") or ":" in m.host + m.container:
             raise PlanError(None, f"unit {unit.name!r}: mount {m.host}:{m.container}: paths must be absolute, without ':'")

@@ -20,7 +20,8 @@ from launcher.cli.common import connector as _connector, progress, ssh_options a
 from launcher.cli.metrics import TargetsHook, after_change, checked_targets_path, targets_file_option
 from launcher.cli.preflight import gate
 from launcher.deploy import orchestrate
-from launcher.deploy.orchestrate import Options, Report, Target
+from launcher.deploy.orchestrate import Options, Report
+from launcher.deploy.session import Target
 from launcher.deploy.secrets import resolve
 from launcher.deploy.status import UnitStatus, logs, status
 from launcher.errors import ExitCode, FleetError

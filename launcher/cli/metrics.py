@@ -18,7 +18,7 @@ from click.decorators import FC
 
 from launcher.cli import cli
 from launcher.cli.common import connector, ssh_options
-from launcher.deploy.orchestrate import Target
+from launcher.deploy.session import Target
 from launcher.errors import ExitCode, FleetError
 from launcher.model import Playbook
 from launcher.observe import sdfile

@@ -17,7 +17,7 @@ from launcher.cli import cli
 from launcher.cli.common import connector as _connector, progress, ssh_options as _ssh_options
 from launcher.cli.metrics import TargetsHook, after_change, checked_targets_path, targets_file_option
 from launcher.config.patterns import select
-from launcher.deploy.orchestrate import Connect, Target
+from launcher.deploy.session import Connect, Target
 from launcher.deploy.secrets import resolve
 from launcher.errors import UsageError
 from launcher.model import Playbook

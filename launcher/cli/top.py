@@ -17,7 +17,7 @@ import click
 
 from launcher.cli import cli
 from launcher.cli.common import connector, ssh_options
-from launcher.deploy.orchestrate import Target
+from launcher.deploy.session import Target
 from launcher.execute.ssh import SshConnector
 from launcher.deploy.status import status
 from launcher.observe.names import Kind

@@ -17,7 +17,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.deploy.orchestrate import Target
+from launcher.deploy.session import Target
 from launcher.errors import FleetError
 
 

@@ -13,7 +13,7 @@ from typing import Iterable, Mapping, Sequence
 from launcher.errors import UsageError
 from launcher.model import Plan, Unit
 from launcher.quoting import env_file
-from launcher.render import RenderedPlan
+from launcher.render import RenderedPlan, UnitCommands
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -31,8 +31,7 @@ class Desired:
     owned: tuple[str, ...]  # every path the unit owns (manifest and secrets file included)
     render_hash: str
     secrets_path: str
-    start: tuple[tuple[str, ...], ...]  # argvs run in order on the host
-    stop: tuple[tuple[str, ...], ...]
+    commands: UnitCommands  # as render built them
     recipe: str
     image: str | None
 
@@ -43,6 +42,10 @@ class Desired:
     @property
     def name(self) -> str:
         return self.unit.name
+
+    @property
+    def start(self) -> tuple[tuple[str, ...], ...]:
+        return self.commands.start
 
 
 def from_rendered(plan: Plan, rendered: RenderedPlan) -> tuple[Desired, ...]:
@@ -66,8 +69,7 @@ def from_rendered(plan: Plan, rendered: RenderedPlan) -> tuple[Desired, ...]:
                 owned=tuple(sorted(owned)),
                 render_hash=ru.render_hash,
                 secrets_path=ru.secrets_file,
-                start=ru.start,
-                stop=ru.stop,
+                commands=ru.commands,
                 recipe=rendered.recipe,
                 image=unit.container.image if unit.container else None,
             )

@@ -15,7 +15,8 @@ from typing import Callable, Sequence
 
 from launcher.deploy.desired import Desired
 from launcher.deploy.health import PROBE_TIMEOUT_S
-from launcher.deploy.orchestrate import Connect, Session, Survey, Target, survey_host
+from launcher.deploy.session import Connect, Connections, Target
+from launcher.deploy.survey import Survey, survey_host
 from launcher.deploy.remote import STEP_TIMEOUT_S, check
 from launcher.deploy.steps import hashes_argv, logs_argv, parse_hashes, parse_log, probe_argv
 from launcher.errors import FleetError, UsageError
@@ -38,7 +39,7 @@ class UnitStatus:
 
 def status(target: Target, connect: Connect, forks: int = 8) -> tuple[UnitStatus, ...]:
     hosts = [h.name for h in target.hosts]  # inventory order: h9 before h10
-    with Session(target.hosts, connect, forks) as session:
+    with Connections(target.hosts, connect, forks) as session:
         session.refuse_bad_keys()
         reachable = [h for h in hosts if h in session.transports]
         results = session.run(reachable, lambda h, t: _host_status(t, h, target))
@@ -136,7 +137,7 @@ def logs(
     scope = tuple(h for h in target.hosts if any(d.host == h.name for d in units))
     hosts = [h.name for h in scope]  # inventory order
     since: dict[str, str | None] = {d.name: None for d in units}
-    with Session(scope, connect, forks) as session:
+    with Connections(scope, connect, forks) as session:
         session.require_all()
         while True:
             results = session.run(hosts, lambda h, t: _fetch(t, [d for d in units if d.host == h], since, tail, follow))

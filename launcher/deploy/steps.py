@@ -1,4 +1,4 @@
-"""Remote steps as argv lists, per runtime: liveness, health probe, image pull, stop, logs, and
+"""Remote steps as argv lists, per runtime: liveness, health probe, image pull, logs, and
 installing a unit's files with the previous generation kept in ``<unit dir>/prev/``.
 
 Contract: builders are pure (argv out, no I/O); the ``run_*`` helpers do one round trip each
@@ -178,41 +178,6 @@ def ensure_image(shell: Transport, image: str) -> str:
 
 # ---------------------------------------------------------------------------------------------
 # start / stop / logs
-
-_DOCKER_RM = (
-    'if [ -n "$2" ]; then docker stop -t "$2" "$1" >/dev/null 2>&1; fi; '
-    'out=$(docker rm -f "$1" 2>&1) || case "$out" in *"No such container"*) ;; '
-    '*) printf "%s\\n" "$out" >&2; exit 1 ;; esac'
-)
-_SYSTEMD_STOP = (
-    'out=$(systemctl disable --now "$1" 2>&1) || case "$out" in *"not loaded"*|*"does not exist"*|*"not found"*) ;; '
-    '*) printf "%s\\n" "$out" >&2; exit 1 ;; esac'
-)
-
-
-def stop_argv(runtime: Runtime, name: str, grace_s: int | None = None) -> tuple[str, ...]:
-    """Stops and removes a unit (docker: SIGTERM and ``grace_s`` to drain first, if given;
-    systemd: disabled too, so a reboot does not bring it back); succeeds if it is already gone."""
-    if runtime == "docker":
-        return sh(_DOCKER_RM, name, "" if grace_s is None else str(grace_s))
-    return sh(_SYSTEMD_STOP, service(name))
-
-
-# A multi-node group going down: once one rank stops, the others fail (their process group is
-# broken) and docker's restart policy brings them back at once -- and a `docker stop` that lands
-# during that restart waits for the new process instead of stopping it.  So every rank of the
-# group gets `--restart=no` on every host before any rank is stopped.  systemd needs nothing:
-# `systemctl stop` cancels a pending automatic restart.
-_DOCKER_HOLD = 'docker update --restart=no "$@" >/dev/null 2>&1; true'
-
-
-def hold_argv(runtime: Runtime, names: Sequence[str]) -> tuple[str, ...] | None:
-    """Keeps the runtime from restarting ``names`` while they are being stopped (None: nothing
-    to do for this runtime or no names).  Never fails: a missing unit is simply not held."""
-    if runtime != "docker" or not names:
-        return None
-    return sh(_DOCKER_HOLD, *names)
-
 
 _LOGS = 'exec "$@" 2>&1'
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from launcher.deploy.orchestrate import Connect, Target
+from launcher.deploy.session import Connect, Target
 from launcher.deploy.status import status
 from launcher.model import Playbook
 from launcher.observe import sdfile

@@ -33,18 +33,19 @@ import dataclasses
 from typing import Callable, Mapping, Sequence
 
 from launcher.config.patterns import select
-from launcher.deploy import lock, orchestrate
+from launcher.deploy import orchestrate
 from launcher.deploy.desired import Desired, groups as desired_groups, secrets_file, step_of
-from launcher.deploy.health import Verdict, gate
+from launcher.deploy.health import Verdict
 from launcher.deploy.manifest import Manifest
-from launcher.deploy.orchestrate import Connect, Options, Session, Target, survey_host
-from launcher.deploy.remote import check
+from launcher.deploy.orchestrate import Options
 from launcher.deploy.secrets import resolve
-from launcher.deploy.steps import MISSING, stop_argv
+from launcher.deploy.session import Connect, DeploySession, Target, on_interrupt, stop_wave, unsettled
+from launcher.deploy.steps import MISSING
+from launcher.deploy.survey import Survey, decide, survey_host
 from launcher.errors import FleetError, UsageError
 from launcher.execute.transport import Transport
 from launcher.model import Inventory, Playbook
-from launcher.output import Event, Progress, mask
+from launcher.output import Progress, mask
 from launcher.pipeline import Inputs, deployment, target_of
 from launcher.rolling import restore
 from launcher.rolling.batches import plan_roll
@@ -140,8 +141,15 @@ def switch(
     errors: list[str] = []
     hosts = ", ".join(sorted({d.host for d in new.units}))
 
+    def remove_new() -> None:
+        # Its steps that came up are still running (start tears down only the step it was in).
+        progress.note(f"interrupted: removing the cohort on {hosts} (it never served); the serving cohort was never "
+                      f"touched")  # fmt: skip
+        _settle(f"removing the cohort on {hosts}",
+                lambda: _remove(new, connect, options, progress, action, at_once=True))  # fmt: skip
+
     # 1. the other cohort: new generation (restart) or the one kept in prev/ (rollback)
-    try:
+    with on_interrupt(remove_new):
         if action == "restart":
             up = orchestrate.up(new, connect, Options(forks=options.forks, timeout_s=options.timeout_s,
                                                       break_lock=options.break_lock), progress)  # fmt: skip
@@ -157,24 +165,17 @@ def switch(
                 errors += _remove(new, connect, options, progress, action, at_once=True)
                 errors.append("rollback halted: the serving cohort was never touched")
                 return _report(target, new, rp.batches, "unchanged", "failed", notes, errors, action)
-    except KeyboardInterrupt:
-        # Its steps that came up are still running (start_step tears down only the step it was in).
-        progress.note(f"interrupted: removing the cohort on {hosts} (it never served); the serving cohort was never "
-                      f"touched")  # fmt: skip
-        _settle(f"removing the cohort on {hosts}",
-                lambda: _remove(new, connect, options, progress, action, at_once=True))  # fmt: skip
-        raise
 
-    # 2.-4.
-    try:
-        return _move(target, new, fronts, connect, options, progress, rp.batches, notes, action)
-    except KeyboardInterrupt:
+    def finish() -> None:
         progress.note(f"interrupted after traffic began moving to the cohort on {hosts}: finishing the switch first "
                       f"(Ctrl-C again stops now; the same command run again then finishes it)")  # fmt: skip
         _settle("finishing the switch",
                 lambda: _move(target, new, fronts, connect, options, progress, rp.batches, notes, action).errors)  # fmt: skip
         progress.note(f"the switch finished: the cohort on {hosts} serves ({done})")
-        raise
+
+    # 2.-4.
+    with on_interrupt(finish):
+        return _move(target, new, fronts, connect, options, progress, rp.batches, notes, action)
 
 
 def _settle(what: str, clean_up: Callable[[], Sequence[str]]) -> None:
@@ -185,7 +186,7 @@ def _settle(what: str, clean_up: Callable[[], Sequence[str]]) -> None:
     except FleetError as err:
         errors = [str(err)]
     if errors:
-        raise FleetError(f"interrupted; {what} failed: {errors[0]}; run the same command again to finish")
+        raise unsettled(what, errors[0])
 
 
 def _remove(new: Target, connect: Connect, options: RollOptions, progress: Progress, action: Action, *,
@@ -205,29 +206,19 @@ def _remove(new: Target, connect: Connect, options: RollOptions, progress: Progr
 def _kill(new: Target, connect: Connect, options: RollOptions, progress: Progress) -> None:
     """Stops every planned unit of ``new`` without a grace; best effort (``down`` after it
     reports what could not be removed)."""
-    by_host: dict[str, list[Desired]] = {}
-    for d in new.units:
-        by_host.setdefault(d.host, []).append(d)
-
-    def kill(h: str, t: Transport) -> None:
-        orchestrate.hold(t, [(d.unit.runtime, d.name) for d in by_host[h]])
-        for d in by_host[h]:
-            progress.update(Event(host=h, unit=d.name, state="stopping"))
-            check(t, stop_argv(d.unit.runtime, d.name, None), label=f"stop {d.name}")
-
-    with Session(new.hosts, connect, options.forks) as session:
-        session.run(sorted(h for h in by_host if h in session.transports), kill)
+    with DeploySession(new, connect, forks=options.forks, progress=progress) as session:
+        session.stop(new.units[::-1], None)
 
 
 def _require_running(new: Target, connect: Connect, options: RollOptions, front: RouterClient, new_url: str,
                      old_url: str, *, exact: bool, both: bool) -> None:  # fmt: skip
     """Resuming is only for a new cohort that is whole: every unit deployed and running (and
     ``exact``: at this playbook's render); anything else is refused, nothing touched."""
-    with Session(new.hosts, connect, options.forks) as session:
+    with DeploySession(new, connect, forks=options.forks) as session:
         session.require_all()
-        surveys = orchestrate.survey_all(new, session, sorted({h.name for h in new.hosts}))
+        surveys = session.survey()
     if exact:
-        whole = all(g.action == "unchanged" for g in orchestrate.decide(new.units, surveys, new.secrets).groups)
+        whole = all(g.action == "unchanged" for g in decide(new.units, surveys, new.secrets).groups)
     else:
         whole = all(
             surveys[d.host].manifests.get(d.name) is not None
@@ -299,102 +290,74 @@ def _move(
 
 def _revive(new: Target, connect: Connect, options: RollOptions, progress: Progress) -> FleetError | None:
     """Brings back the generation kept in prev/ on ``new``'s hosts, step by step, health-gated."""
-    hosts = sorted({h.name for h in new.hosts})
-    owner = lock.owner_line()
-    with Session(new.hosts, connect, options.forks) as session:
+    with DeploySession(new, connect, forks=options.forks, progress=progress, timeout_s=options.timeout_s) as session:
         session.require_all()
-        orchestrate.take_locks(session, hosts, new.deployment, owner, options.break_lock)
-        try:
-            by_group = desired_groups(new.units)
-            for step in sorted({step_of(us) for us in by_group.values()}):
-                batch = {g: us for g, us in by_group.items() if step_of(us) == step}
+        session.lock(force=options.break_lock)
+        by_group = desired_groups(new.units)
+        for step in sorted({step_of(us) for us in by_group.values()}):
+            batch = {g: us for g, us in by_group.items() if step_of(us) == step}
 
-                def back(h: str, t: Transport, batch: Mapping[str, Sequence[Desired]] = batch) -> None:
-                    for units in batch.values():
-                        for d in units:
-                            if d.host != h:
-                                continue
-                            prev = restore.swap_in_prev(t, h, d.dir, ())
-                            sf = secrets_file(d, new.secrets)  # retiring removed it; prev/ never keeps one
-                            if sf is not None:
-                                t.put(sf.path, sf.content, sf.mode)
-                            progress.update(Event(host=h, unit=d.name, state="restoring", detail=f"generation {prev.generation}"))
-                            for argv in restore.start_argvs(prev, d.dir):
-                                check(t, argv)
+            def back(h: str, t: Transport, batch: Mapping[str, Sequence[Desired]] = batch) -> None:
+                for units in batch.values():
+                    for d in units:
+                        if d.host != h:
+                            continue
+                        prev = restore.swap_in_prev(t, h, d.dir, ())
+                        sf = secrets_file(d, new.secrets)  # retiring removed it; prev/ never keeps one
+                        if sf is not None:
+                            t.put(sf.path, sf.content, sf.mode)
+                        restore.start_kept(t, d, prev, progress)
 
-                involved = sorted({d.host for us in batch.values() for d in us})
-                results = session.run(involved, back)
-                err = next((r for r in results.values() if isinstance(r, FleetError)), None)
-                if err is not None:
-                    return err
-                verdicts: dict[str, Verdict] = gate(
-                    batch, session.transports, timeout_override=options.timeout_s, forks=session.forks, progress=progress
-                )
-                bad = next((v for v in verdicts.values() if not v.healthy), None)
-                if bad is not None:
-                    return bad.error
-            return None
-        finally:
-            session.run(hosts, lambda h, t: lock.release(t, new.deployment, owner))
+            involved = sorted({d.host for us in batch.values() for d in us})
+            results = session.run(involved, back)
+            err = next((r for r in results.values() if isinstance(r, FleetError)), None)
+            if err is not None:
+                return err
+            verdicts: dict[str, Verdict] = session.gate(batch)
+            bad = next((v for v in verdicts.values() if not v.healthy), None)
+            if bad is not None:
+                return bad.error
+        return None
 
 
 def _retire(target: Target, connect: Connect, options: RollOptions, progress: Progress, notes: list[str]) -> list[str]:
     """Drains the (deregistered) old cohort and retires it, decodes first."""
-    hosts = sorted({h.name for h in target.hosts})
-    owner = lock.owner_line()
     errors: list[str] = []
-    with Session(target.hosts, connect, options.forks) as session:
+    with DeploySession(target, connect, forks=options.forks, progress=progress) as session:
         session.require_all()
-        orchestrate.take_locks(session, hosts, target.deployment, owner, options.break_lock)
-        try:
-            found = session.run(hosts, lambda h, t: survey_host(t, h, target.deployment, target.units))
-            manifests: list[Manifest] = []
-            for h, s in found.items():
-                if isinstance(s, FleetError):
-                    errors.append(str(s))
-                elif isinstance(s, orchestrate.Survey):
-                    manifests += list(s.manifests.values())
-            # Only what is still deployed drains (a resumed switch may find some of it retired).
-            left = {(m.host, m.unit) for m in manifests}
-            probes: dict[str, Callable[[], int | None]] = {}
-            for d in target.units:
-                if d.unit.health is not None and d.unit.role in ("prefill", "decode") and (d.host, d.name) in left:
-                    url = d.unit.health.url.rsplit("/", 1)[0]
-                    http = HostHttp(session.transports[d.host])
-                    probes[d.name] = lambda http=http, url=url: inflight(http, url)  # type: ignore[misc]
-            drained = drain(probes, options.drain_timeout_s) if probes else {}
-            if any(v.how == "no-counter" for v in drained.values()):
-                notes.append(
-                    "the old cohort's engines have no in-flight counter (/get_load, /metrics): requests in flight "
-                    "finished in their SIGTERM drain, decodes stopped first"
-                )
-            late = {k: v.left for k, v in drained.items() if v.how == "timeout"}
-            if late:
-                notes.append(f"drain timeout: still in flight at retire: {late}")
-            # A rank whose peer stopped first would die and be restarted by docker (restart
-            # policy) into a rendezvous that may not honor SIGTERM: no restarts while retiring.
-            docker_units: dict[str, list[str]] = {}
-            for m in manifests:
-                if m.runtime == "docker":
-                    docker_units.setdefault(m.host, []).append(m.unit)
-            session.run(sorted(docker_units), lambda h, t: orchestrate.hold(t, [("docker", n) for n in docker_units[h]]))
-            # Per role step, serving ranks first (see orchestrate.stop_wave).
-            for step in sorted({(RETIRE_ORDER.get(m.role, 5), orchestrate.stop_wave(m.rank)) for m in manifests}):
-                batch: dict[str, list[Manifest]] = {}
-                for m in manifests:
-                    if (RETIRE_ORDER.get(m.role, 5), orchestrate.stop_wave(m.rank)) == step:
-                        batch.setdefault(m.host, []).append(m)
-
-                def retire(h: str, t: Transport, batch: dict[str, list[Manifest]] = batch) -> None:
-                    for m in batch[h]:
-                        progress.update(Event(host=h, unit=m.unit, state="retiring"))
-                        orchestrate.retire(t, m)
-                        progress.update(Event(host=h, unit=m.unit, state="retired"))
-
-                results = session.run(sorted(batch), retire)
-                errors += [str(r) for r in results.values() if isinstance(r, FleetError)]
-        finally:
-            session.run(hosts, lambda h, t: lock.release(t, target.deployment, owner))
+        session.lock(force=options.break_lock)
+        found = session.run(session.hosts, lambda h, t: survey_host(t, h, target.deployment, target.units))
+        manifests: list[Manifest] = []
+        for h, s in found.items():
+            if isinstance(s, FleetError):
+                errors.append(str(s))
+            elif isinstance(s, Survey):
+                manifests += list(s.manifests.values())
+        # Only what is still deployed drains (a resumed switch may find some of it retired).
+        left = {(m.host, m.unit) for m in manifests}
+        probes: dict[str, Callable[[], int | None]] = {}
+        for d in target.units:
+            if d.unit.health is not None and d.unit.role in ("prefill", "decode") and (d.host, d.name) in left:
+                url = d.unit.health.url.rsplit("/", 1)[0]
+                http = HostHttp(session.transports[d.host])
+                probes[d.name] = lambda http=http, url=url: inflight(http, url)  # type: ignore[misc]
+        drained = drain(probes, options.drain_timeout_s) if probes else {}
+        if any(v.how == "no-counter" for v in drained.values()):
+            notes.append(
+                "the old cohort's engines have no in-flight counter (/get_load, /metrics): requests in flight "
+                "finished in their SIGTERM drain, decodes stopped first"
+            )
+        late = {k: v.left for k, v in drained.items() if v.how == "timeout"}
+        if late:
+            notes.append(f"drain timeout: still in flight at retire: {late}")
+        # A rank whose peer stopped first would die and be restarted by docker (restart
+        # policy) into a rendezvous that may not honor SIGTERM: no restarts while retiring.
+        session.hold([(m.host, "docker", m.unit) for m in manifests if m.runtime == "docker"])
+        # Per role step, serving ranks first (see stop_wave).
+        for step in sorted({(RETIRE_ORDER.get(m.role, 5), stop_wave(m.rank)) for m in manifests}):
+            batch = [m for m in manifests if (RETIRE_ORDER.get(m.role, 5), stop_wave(m.rank)) == step]
+            results = session.retire(batch, states=("retiring", "retired"))
+            errors += [str(r) for r in results.values() if isinstance(r, FleetError)]
     return errors
 
 

@@ -4,19 +4,20 @@ second rollback goes forward again.
 
 Contract: builders are pure; :func:`read_prev` and :func:`swap` do one round trip each.  The
 secrets file is never kept in ``prev/``; the unit's current ``secrets.env`` stays in place.
-Start commands follow render's layout: docker ``sh <unit dir>/run.sh``; systemd
-``daemon-reload`` + ``enable --now <unit>.service``.
+Start commands are render's (:func:`launcher.render.unit_commands`).
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
+from launcher.deploy.desired import Desired
 from launcher.deploy.manifest import MANIFEST, Manifest, parse
 from launcher.deploy.remote import check, sh
 from launcher.errors import FleetError
 from launcher.execute.transport import Transport
-from launcher.render import SECRETS_FILE
+from launcher.output import Event, Progress
+from launcher.render import SECRETS_FILE, unit_commands
 
 PREV = "prev"
 NEXT = "next"
@@ -77,7 +78,12 @@ def swap_in_prev(t: Transport, host: str, unit_dir: str, current: Sequence[str])
 
 
 def start_argvs(m: Manifest, unit_dir: str) -> tuple[tuple[str, ...], ...]:
-    if m.runtime == "docker":
-        return (("sh", f"{unit_dir}/run.sh"),)
-    svc = f"{m.unit}.service"
-    return (("systemctl", "daemon-reload"), ("systemctl", "enable", "--now", svc))
+    """How render starts the generation ``m`` describes (its files are in ``unit_dir``)."""
+    return unit_commands(m.unit, m.runtime, unit_dir).start
+
+
+def start_kept(t: Transport, d: Desired, m: Manifest, progress: Progress, secrets: Sequence[str] = ()) -> None:
+    """Starts ``d`` on the generation ``m`` its files now hold (swapped back from prev/)."""
+    progress.update(Event(host=d.host, unit=d.name, state="restoring", detail=f"generation {m.generation}"))
+    for argv in start_argvs(m, d.dir):
+        check(t, argv, secrets=secrets)

@@ -26,14 +26,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Literal, Mapping, Sequence
 
-from launcher.deploy import lock, orchestrate
+from launcher.deploy import orchestrate
 from launcher.deploy.desired import Desired, step_of
-from launcher.deploy.health import Verdict, gate
+from launcher.deploy.health import Verdict
 from launcher.deploy.manifest import Manifest
-from launcher.deploy.fan import first_error
-from launcher.deploy.orchestrate import Connect, GroupChange, Options, Session, Survey, Target, survey_host
-from launcher.deploy.remote import STEP_TIMEOUT_S, check
-from launcher.deploy.steps import MISSING, stop_argv
+from launcher.deploy.orchestrate import Options
+from launcher.deploy.session import Connect, DeploySession, Target, on_interrupt, unsettled
+from launcher.deploy.steps import MISSING
+from launcher.deploy.survey import GroupChange, Survey, decide, next_generation
 from launcher.errors import ExitCode, FleetError, UsageError
 from launcher.execute.transport import Transport
 from launcher.output import Event, Progress, QuietProgress, mask
@@ -117,38 +117,25 @@ def roll(
     plan = plan_for(target, options)
     if plan.mode != "groups":
         raise UsageError(f"deployment {target.deployment} is PD: it rolls by cohort switch (give --surge)")
-    hosts = sorted({h.name for h in target.hosts})
-    owner = lock.owner_line()
-    with Session(target.hosts, connect, options.forks) as session:
+    with DeploySession(target, connect, forks=options.forks, progress=progress, timeout_s=options.timeout_s) as session:
         session.require_all()
-        orchestrate.take_locks(session, hosts, target.deployment, owner, options.break_lock)
-        try:
-            return _Rollout(target, session, routers, options, progress, owner, plan, action).run()
-        finally:
-            session.run(hosts, lambda h, t: lock.release(t, target.deployment, owner))
+        session.lock(force=options.break_lock)
+        return _Rollout(session, routers, options, plan, action).run()
 
 
 class _Rollout:
     def __init__(
-        self,
-        target: Target,
-        session: Session,
-        routers: Sequence[RouterClient],
-        options: RollOptions,
-        progress: Progress,
-        owner: str,
-        plan: RollPlan,
-        action: Action,
+        self, session: DeploySession, routers: Sequence[RouterClient], options: RollOptions, plan: RollPlan, action: Action
     ) -> None:
+        target = session.target
         self.target = target
         self.session = session
         self.routers = routers
         self.options = options
-        self.progress = progress
-        self.owner = owner
+        self.progress = session.progress
         self.plan = plan
         self.action = action
-        self.secrets = tuple(target.secrets.values())
+        self.secrets = session.secrets
         self.desired: dict[str, tuple[Desired, ...]] = {}
         for g in (*plan.groups, *plan.infra):
             keys = {(u.host, u.name) for u in g.units}
@@ -175,9 +162,8 @@ class _Rollout:
         first -- each of its groups on its new generation if that runs healthy, else on the
         previous one (from prev/), and back in its routers -- then re-raises; a second Ctrl-C
         abandons that.  If putting it back fails, that is raised instead (one line, exit 1)."""
-        hosts = sorted({h.name for h in self.target.hosts})
-        surveys = orchestrate.survey_all(self.target, self.session, hosts)
-        decision = orchestrate.decide(self.target.units, surveys, self.target.secrets)
+        surveys = self.session.survey()
+        decision = decide(self.target.units, surveys, self.target.secrets)
         changing = {g.group for g in decision.changing}
         if not self.routers:
             self.notes.append("no router given (--router): groups are not taken out of a load balancer")
@@ -208,11 +194,8 @@ class _Rollout:
                 continue
             # The first survey stays right for every group not restarted yet (each restarts once).
             self.progress.note(f"batch {i}/{total}: {', '.join(g.name for g in groups)}")
-            try:
+            with on_interrupt(lambda: self._interrupted(i, groups, surveys)):
                 halted = not self._batch(i, groups, surveys)
-            except KeyboardInterrupt:
-                self._interrupted(i, groups, surveys)
-                raise
             if self.options.after_batch is not None:
                 self.options.after_batch()
         if self.options.only_changed and not halted:
@@ -401,8 +384,7 @@ class _Rollout:
             for d in self.desired[g.name]:
                 if d.unit.runtime == "docker" and len(g.units) > 1:
                     units.setdefault(d.host, []).append(d.name)
-        if units:
-            self.session.run(sorted(units), lambda h, t: orchestrate.hold(t, [("docker", n) for n in units[h]]))
+        self.session.hold([(h, "docker", n) for h, names in sorted(units.items()) for n in names])
 
     def _changes(self, groups: Sequence[RollGroup], reason: str) -> list[GroupChange]:
         out = []
@@ -415,10 +397,7 @@ class _Rollout:
         return out
 
     def _restart(self, groups: Sequence[RollGroup], surveys: Mapping[str, Survey]) -> dict[str, Verdict]:
-        options = Options(forks=self.options.forks, timeout_s=self.options.timeout_s)
-        verdicts = orchestrate.start_step(
-            self.target, self.session, self._changes(groups, "rolling restart"), surveys, options, self.progress, self.owner
-        )
+        verdicts = self.session.start(self._changes(groups, "rolling restart"), surveys)
         return {g.name: _merge([verdicts[u] for u in {x.group for x in g.units}]) for g in groups}
 
     def _without_prev(self, groups: Sequence[RollGroup], surveys: Mapping[str, Survey]) -> list[RollGroup]:
@@ -444,7 +423,7 @@ class _Rollout:
                 current = surveys[h].manifests.get(d.name)
                 prev = restore.swap_in_prev(t, h, d.dir, current.files if current else d.owned)
                 self.restored_gen[d.unit.group] = prev.generation
-                self._start_kept(h, t, d, prev)
+                restore.start_kept(t, d, prev, self.progress, self.secrets)
 
         return self._stop_start_gate(groups, STOP_TIMEOUT_S, back)
 
@@ -455,7 +434,7 @@ class _Rollout:
         ``start(host, transport)`` on every host, then the groups gated together.  A group with a
         rank on a host where a step failed gets that error."""
         hosts = self._hosts(groups)
-        stopped = self._stop(groups, grace_s)
+        stopped = self.session.stop([d for g in groups for d in self.desired[g.name]], grace_s)
         started = self.session.run([h for h in hosts if not isinstance(stopped[h], FleetError)], start)
         verdicts: dict[str, Verdict] = {}
         for g in groups:
@@ -465,27 +444,6 @@ class _Rollout:
         verdicts.update(self._gate([g for g in groups if g.name not in verdicts]))
         return verdicts
 
-    def _start_kept(self, h: str, t: Transport, d: Desired, m: Manifest) -> None:
-        """Starts ``d`` on the generation ``m`` its files now hold (swapped back from prev/)."""
-        self.progress.update(Event(host=h, unit=d.name, state="restoring", detail=f"generation {m.generation}"))
-        for argv in restore.start_argvs(m, d.dir):
-            check(t, argv, secrets=self.secrets)
-
-    def _stop(self, groups: Sequence[RollGroup], grace_s: int | None) -> dict[str, object]:
-        """Every rank of ``groups`` held, then stopped (``grace_s`` to drain), on every host at
-        once; each host's outcome (a :class:`FleetError` where it failed)."""
-        units = [d for g in groups for d in self.desired[g.name]]
-
-        def stop(h: str, t: Transport) -> None:
-            mine = [d for d in units if d.host == h]
-            orchestrate.hold(t, [(d.unit.runtime, d.name) for d in mine])
-            for d in reversed(mine):
-                self.progress.update(Event(host=h, unit=d.name, state="stopping"))
-                wait = STEP_TIMEOUT_S if grace_s is None else grace_s + 60
-                check(t, stop_argv(d.unit.runtime, d.name, grace_s), label=f"stop {d.name}", timeout=wait)
-
-        return self.session.run(self._hosts(groups), stop)
-
     def _infra(self, changing: Sequence[GroupChange], surveys: Mapping[str, Survey]) -> None:
         """`fleet up` (rolling): changed router / Mooncake / gateway groups restart after the
         engines, in start order.  One whose new generation fails is put back on the previous
@@ -493,15 +451,12 @@ class _Rollout:
         :meth:`_recover`).  A group that ran nothing before is left stopped."""
         infra_groups = {u.group for g in self.plan.infra for u in g.units}
         todo = [c for c in changing if c.group in infra_groups]
-        options = Options(forks=self.options.forks, timeout_s=self.options.timeout_s)
         for step in sorted({c.step for c in todo}):
             batch = [c for c in todo if c.step == step]
             groups = [g for g in self.plan.infra if any(u.group == c.group for c in batch for u in g.units)]
-            try:
-                verdicts = orchestrate.start_step(self.target, self.session, batch, surveys, options, self.progress, self.owner)
-            except KeyboardInterrupt:
-                self._recover("interrupted while restarting the routers / Mooncake / gateway", groups, surveys)
-                raise
+            where = "interrupted while restarting the routers / Mooncake / gateway"
+            with on_interrupt(lambda: self._recover(where, groups, surveys)):
+                verdicts = self.session.start(batch, surveys)
             merged = {g.name: _merge([verdicts[c.group] for c in batch if any(u.group == c.group for u in g.units)])
                       for g in groups}  # fmt: skip
             failed = [g for g in groups if not merged[g.name].healthy and self._served_before(g, surveys)]
@@ -590,17 +545,11 @@ class _Rollout:
             done.append(f"{g.name} on generation {current} ({'as before' if current == before else 'new'})")
         if failed:
             g, why = failed[0]
-            raise FleetError(mask(f"interrupted; putting {g.name} back in service failed: {why}; run the same "
-                                  f"command again to finish", self.secrets))  # fmt: skip
+            raise unsettled(f"putting {g.name} back in service", mask(str(why), self.secrets))
         self.progress.note(f"back in service: {', '.join(done)}")
 
     def _survey(self, groups: Sequence[RollGroup]) -> dict[str, Survey]:
-        units = [d for g in groups for d in self.desired[g.name]]
-        found = self.session.run(self._hosts(groups), lambda h, t: survey_host(t, h, self.target.deployment, units))
-        err = first_error(found)
-        if err is not None:
-            raise err
-        return {h: s for h, s in found.items() if isinstance(s, Survey)}
+        return self.session.survey(self._hosts(groups), [d for g in groups for d in self.desired[g.name]])
 
     def _gate(self, groups: Sequence[RollGroup]) -> dict[str, Verdict]:
         """``groups`` gated together; a verdict per group (its deploy groups' merged)."""
@@ -610,10 +559,7 @@ class _Rollout:
                 by_group.setdefault(d.unit.group, []).append(d)
         if not by_group:
             return {}
-        verdicts = gate(
-            by_group, self.session.transports, timeout_override=self.options.timeout_s, forks=self.session.forks,
-            progress=self.progress,
-        )  # fmt: skip
+        verdicts = self.session.gate(by_group)
         return {g.name: _merge([verdicts[u] for u in {d.unit.group for d in self.desired[g.name]}]) for g in groups}
 
     def _revert(self, groups: Sequence[RollGroup], surveys: Mapping[str, Survey], now: Mapping[str, Survey]) -> dict[str, Verdict]:
@@ -643,7 +589,7 @@ class _Rollout:
                     if kept is None or kept.render_hash != old.render_hash:
                         raise FleetError(f"{h}: {d.dir}/prev does not hold generation {old.generation}")
                     restore.swap(t, d.dir, cur.files if cur is not None else d.owned, kept)
-                self._start_kept(h, t, d, old)
+                restore.start_kept(t, d, old, self.progress, self.secrets)
 
         if todo:
             verdicts.update(self._stop_start_gate(todo, None, back))
@@ -696,10 +642,7 @@ def _gen(surveys: Mapping[str, Survey], units: Sequence[Desired]) -> int | None:
 
 def _next(surveys: Mapping[str, Survey], units: Sequence[Desired]) -> int | None:
     for d in units:
-        m = surveys.get(d.host, Survey(manifests={}, live={})).manifests.get(d.name)
-        if m is None:
-            return 1
-        return m.generation if m.render_hash == d.render_hash else m.generation + 1
+        return next_generation(surveys.get(d.host, Survey(manifests={}, live={})).manifests.get(d.name), d)
     return None
 
 
@@ -723,11 +666,10 @@ def up_rolling(
     router / Mooncake / gateway groups restart after the engines.  A deployment with nothing
     running yet comes up at once (there is nothing to keep serving).  A PD deployment with a
     change is refused: it rolls by cohort switch (``fleet restart --surge``)."""
-    with Session(target.hosts, connect, options.forks) as session:
+    with DeploySession(target, connect, forks=options.forks) as session:
         session.require_all()
-        hosts = sorted({h.name for h in target.hosts})
-        surveys = orchestrate.survey_all(target, session, hosts)
-    decision = orchestrate.decide(target.units, surveys, target.secrets)
+        surveys = session.survey()
+    decision = decide(target.units, surveys, target.secrets)
     if all(g.action == "start" for g in decision.groups):
         plain = orchestrate.up(target, connect, Options(forks=options.forks, timeout_s=options.timeout_s,
                                                         break_lock=options.break_lock), progress)  # fmt: skip

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from launcher.deploy.desired import Desired, from_rendered
-from launcher.deploy.orchestrate import Target
+from launcher.deploy.session import Target
 from launcher.model import ContainerSpec, HealthCheck, Host, Plan, SecretRef, Unit
 from launcher.render import render
 

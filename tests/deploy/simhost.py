@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+from launcher import render
 from launcher.deploy import lock, steps, wait
 from launcher.execute import files
 from launcher.execute.command import Command
@@ -334,8 +335,8 @@ _SCRIPTS = {
     steps._PROBE: SimHost.probe,
     wait._WAIT: SimHost.wait,
     steps._PULL: SimHost.pull,
-    steps._DOCKER_RM: SimHost.stop,
-    steps._DOCKER_HOLD: SimHost.hold,
+    render._DOCKER_RM: SimHost.stop,
+    render._DOCKER_HOLD: SimHost.hold,
     steps._ROTATE: SimHost.rotate,
     steps._REMOVE: SimHost.remove,
     steps._HASHES: SimHost.hashes,

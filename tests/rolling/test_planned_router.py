@@ -9,7 +9,7 @@ import pytest
 
 from launcher.pipeline import load_target
 from launcher.cli.rolling import drain_router_urls, planned_routers
-from launcher.deploy.orchestrate import Target
+from launcher.deploy.session import Target
 
 REPO_INV = "inventories/example.yaml"
 

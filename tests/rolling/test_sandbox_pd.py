@@ -17,7 +17,7 @@ from launcher.pipeline import Inputs, load_target
 from launcher.config.inventory import load_inventory
 from launcher.config.playbook import load_playbook
 from launcher.config.recipes import load_catalog
-from launcher.deploy import orchestrate
+from launcher.deploy.session import Target
 from launcher.deploy.status import status
 from launcher.execute.hostkeys import KnownHosts
 from launcher.execute.ssh import SshConnector
@@ -102,7 +102,7 @@ def pd(sandbox_fleet: Sandbox, tmp_path_factory: pytest.TempPathFactory, logs_di
             sb.ssh(h, "docker rm -f $(docker ps -aq --filter label=fleet.deployment=sb-roll-pd) >/dev/null 2>&1; true")
 
 
-def _target(inventory_path: str, playbook_path: Path, hosts: tuple[str, ...]) -> orchestrate.Target:
+def _target(inventory_path: str, playbook_path: Path, hosts: tuple[str, ...]) -> Target:
     inventory = load_inventory(inventory_path)
     playbook = load_playbook(playbook_path, load_catalog(), inventory)
     if hosts != OLD:

@@ -1,0 +1,176 @@
+"""What runs where now, and what a plan changes about it: one round trip per host reads this
+deployment's manifests, the liveness of its units and (when asked) which planned images are
+present; :func:`decide` turns that into a restart decision per group.
+
+Contract: :func:`decide` and :func:`next_generation` are pure; :func:`survey_host` is one round
+trip (two when manifests name units not planned here: their liveness by the runtime they were
+deployed with).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Mapping, Sequence
+
+from launcher.deploy.desired import Desired, groups, secrets_file, step_of
+from launcher.deploy.manifest import Manifest, parse, same_secrets
+from launcher.deploy.remote import STEP_TIMEOUT_S, failure
+from launcher.deploy.steps import (
+    MISSING,
+    Liveness,
+    images_argv,
+    liveness_argv,
+    liveness_from,
+    parse_images,
+    read_manifests_argv,
+    run_liveness,
+)
+from launcher.execute.files import Step, run_batch
+from launcher.execute.transport import Result, Transport
+from launcher.model import Runtime
+from launcher.render import FLEET_ROOT
+
+
+def deployment_dir(deployment: str) -> str:
+    return f"{FLEET_ROOT}/{deployment}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Survey:
+    """What runs on one host: this deployment's manifests (of this host only), liveness, and
+    (when asked for) which of the planned units' images are present."""
+
+    manifests: Mapping[str, Manifest]
+    live: Mapping[str, Liveness]
+    images: Mapping[str, bool] = field(default_factory=dict)  # image -> present
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupChange:
+    group: str
+    step: int
+    action: Literal["unchanged", "start", "restart"]
+    reason: str
+    units: tuple[Desired, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decision:
+    groups: tuple[GroupChange, ...]
+    orphans: tuple[Manifest, ...]  # deployed here before, not in the plan any more
+
+    @property
+    def changing(self) -> tuple[GroupChange, ...]:
+        return tuple(g for g in self.groups if g.action != "unchanged")
+
+
+def decide(
+    units: Sequence[Desired], surveys: Mapping[str, Survey], secrets: Mapping[str, str] | None = None
+) -> Decision:
+    """Per restart group: ``start`` when no rank is deployed, ``restart`` when a rank is missing,
+    its render hash changed, its secret values changed (``secrets``: the resolved values; a
+    manifest without a secrets digest -- written before fleet recorded one -- counts as
+    unchanged secrets, so upgrading fleet restarts nothing), or a rank is not running."""
+    changes = []
+    for group, members in groups(units).items():
+        olds = {d.name: surveys[d.host].manifests.get(d.name) for d in members}
+        missing = [d for d in members if olds[d.name] is None]
+        changed = [d for d in members if (m := olds[d.name]) is not None and m.render_hash != d.render_hash]
+        resecret = [d for d in members if d not in changed and _secrets_changed(d, olds[d.name], secrets)]
+        down = [d for d in members if surveys[d.host].live.get(d.name, Liveness(state="missing")).state != "running"]
+        action: Literal["unchanged", "start", "restart"]
+        if len(missing) == len(members):
+            action, reason = "start", "new"
+        elif missing or changed or resecret:
+            parts = [f"{d.host}/{d.name}" for d in (*missing, *changed)] + [f"secrets of {d.host}/{d.name}" for d in resecret]
+            action, reason = "restart", "changed: " + ", ".join(parts)
+        elif down:
+            state = surveys[down[0].host].live.get(down[0].name, Liveness(state="missing")).state
+            action, reason = "restart", f"{down[0].host}/{down[0].name} is {state}"
+        else:
+            action, reason = "unchanged", ""
+        changes.append(GroupChange(group=group, step=step_of(members), action=action, reason=reason, units=members))
+    wanted = {(d.host, d.name) for d in units}
+    orphans = tuple(
+        m for host, s in sorted(surveys.items()) for name, m in sorted(s.manifests.items()) if (host, name) not in wanted
+    )
+    return Decision(groups=tuple(changes), orphans=orphans)
+
+
+def _secrets_changed(d: Desired, old: Manifest | None, values: Mapping[str, str] | None) -> bool:
+    if old is None or old.secrets_digest is None or values is None:
+        return False
+    if any(ref.name not in values for ref in d.unit.secrets):
+        return False  # not resolved here: nothing to compare
+    sf = secrets_file(d, values)
+    return sf is not None and not same_secrets(old.secrets_digest, sf.content)
+
+
+def next_generation(old: Manifest | None, d: Desired) -> int:
+    """The generation number ``d`` runs as once installed over ``old`` (its manifest found on
+    the host, None: nothing deployed): a new render is the next number, the same render keeps
+    its number."""
+    if old is None:
+        return 1
+    return old.generation if old.render_hash == d.render_hash else old.generation + 1
+
+
+def missing(surveys: Mapping[str, Survey], d: Desired) -> bool:
+    """The survey found ``d``'s unit absent from its host (nothing to hold or stop)."""
+    s = surveys.get(d.host)
+    return s is not None and s.live.get(d.name, MISSING).state == "missing"
+
+
+def survey_host(t: Transport, host: str, deployment: str, units: Sequence[Desired]) -> Survey:
+    """One round trip (two when manifests name units not planned here: their liveness by the
+    runtime they were deployed with)."""
+    ask = SurveyAsk.of(host, units, images=False)
+    return ask.survey(t, deployment, run_batch(t, ask.steps(deployment), timeout=STEP_TIMEOUT_S))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SurveyAsk:
+    """The survey's commands for one host, and how to read their answers."""
+
+    host: str
+    names: Mapping[Runtime, tuple[str, ...]]  # planned units by (planned) runtime
+    images: tuple[str, ...]
+
+    @classmethod
+    def of(cls, host: str, units: Sequence[Desired], images: bool) -> SurveyAsk:
+        mine = [d for d in units if d.host == host]
+        names = {rt: tuple(sorted(d.name for d in mine if d.unit.runtime == rt)) for rt in _RUNTIMES}
+        wanted = tuple(sorted({d.image for d in mine if d.image is not None})) if images else ()
+        return cls(host=host, names=names, images=wanted)
+
+    def steps(self, deployment: str) -> list[Step]:
+        ddir = deployment_dir(deployment)
+        out = [Step(argv=read_manifests_argv(ddir), label=f"cat {ddir}/*/manifest.json")]
+        out += [Step(argv=liveness_argv(rt, self.names[rt]), label=f"{rt} liveness") for rt in _RUNTIMES if self.names[rt]]
+        if self.images:
+            out.append(Step(argv=images_argv(self.images), label="docker image inspect"))
+        return out
+
+    def survey(self, t: Transport, deployment: str, results: Sequence[Result]) -> Survey:
+        answers = iter(results)
+        read = next(answers)
+        if not read.ok:
+            raise failure(read, read.command)
+        manifests: dict[str, Manifest] = {}
+        for line in read.stdout_text.splitlines():
+            m = parse(line) if line.strip() else None
+            if m is not None and m.host == self.host and m.deployment == deployment:
+                manifests[m.unit] = m
+        live: dict[str, Liveness] = {}
+        for rt in _RUNTIMES:
+            if self.names[rt]:
+                live.update(liveness_from(next(answers), rt, self.names[rt]))
+        images = parse_images(next(answers).stdout_text) if self.images else {}
+        for rt in _RUNTIMES:
+            live.update(run_liveness(t, rt, sorted(m.unit for m in manifests.values() if m.unit not in live and m.runtime == rt)))
+        return Survey(manifests=manifests, live=live, images=images)
+
+
+_RUNTIMES: tuple[Runtime, ...] = ("docker", "systemd")
+
+
