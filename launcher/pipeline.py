@@ -22,6 +22,8 @@ any host is contacted; nothing here talks to a host.
 
 from __future__ import annotations
 
+import dataclasses
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
@@ -161,4 +163,10 @@ def load_target(
 
     inputs = load_inputs(playbook_path, inventory_path)
     secrets = resolve(inputs.playbook.secrets, secret_flags) if secret_flags is not None else {}
-    return target_of(deployment(inputs), limit_pattern, secrets)
+    return unlocked_by(target_of(deployment(inputs), limit_pattern, secrets), playbook_path, inventory_path)
+
+
+def unlocked_by(target: Target, playbook_path: str | Path, inventory_path: str | Path) -> Target:
+    """``target`` naming the command that clears its deploy lock (shown when one is left behind)."""
+    return dataclasses.replace(target, unlock_command=shlex.join(("fleet", "unlock", str(playbook_path), "-i",
+                                                                  str(inventory_path))))  # fmt: skip

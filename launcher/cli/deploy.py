@@ -8,8 +8,10 @@ step failed, 2 bad input, 3 partial (some groups up, some failed), 130 interrupt
 
 from __future__ import annotations
 
+import shlex
 import sys
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
@@ -26,7 +28,7 @@ from launcher.deploy.secrets import resolve
 from launcher.deploy.status import UnitStatus, logs, status
 from launcher.errors import ExitCode, FleetError
 from launcher.output import LinesProgress, dumps, print_table, table
-from launcher.pipeline import deployment, load_inputs, load_target, target_of
+from launcher.pipeline import deployment, load_inputs, load_target, target_of, unlocked_by
 
 
 def _print_report(report: Report, as_json: bool) -> None:
@@ -101,7 +103,7 @@ def up_command(
             # Planned with the facts the gate just gathered (gid_index: auto resolves there).
             the_plan = gate(inputs, connector, forks=forks, quiet=quiet or as_json).plan
         dep = deployment(inputs, the_plan)
-        target = target_of(dep, limit_pattern, secret_values)
+        target = unlocked_by(target_of(dep, limit_pattern, secret_values), playbook, inventory_path)
         # The targets cover the whole deployment, whatever --limit touched.
         hook = None if targets is None else TargetsHook(targets, target_of(dep), known_hosts, trust_new_hosts, forks)
         shown = progress(stack, quiet or as_json or check)

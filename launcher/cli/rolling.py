@@ -22,7 +22,7 @@ from launcher.deploy.secrets import resolve
 from launcher.errors import UsageError
 from launcher.model import Playbook
 from launcher.output import Progress, dumps, print_table, table
-from launcher.pipeline import deployment, load_inputs, target_of
+from launcher.pipeline import deployment, load_inputs, target_of, unlocked_by
 from launcher.rolling.roll import Action, RollOptions, RollReport, roll, up_rolling
 from launcher.rolling.router_api import RouterClient, RouterError
 
@@ -169,7 +169,8 @@ def _run(
     inputs = load_inputs(playbook_path, inventory_path)
     inventory, playbook = inputs.inventory, inputs.playbook
     limit = frozenset(h.name for h in select(inventory, limit_pattern)) if limit_pattern else None
-    target = target_of(deployment(inputs), None, resolve(playbook.secrets, secrets))
+    target = unlocked_by(target_of(deployment(inputs), None, resolve(playbook.secrets, secrets)), playbook_path,
+                         inventory_path)  # fmt: skip
     path = checked_targets_path(playbook, targets_file)
     hook = None if path is None else TargetsHook(path, target, known_hosts, trust_new_hosts, forks)
     options = rolling_options(

@@ -1,14 +1,22 @@
 """The per-host deploy lock: an atomic ``mkdir /run/lock/fleet/<deployment>`` with an
-``owner`` file (``who@control-host pid=N time=T id=X``).
+``owner`` file (``who@control-host pid=N start=S time=T id=X``; ``S``: the process's start time,
+so a reused pid is not taken for the holder).
 
 It lives in ``/run/lock`` (the FHS place for lock files, a tmpfs): a lock guards a deploy that
 is running now, so a reboot of the host, which ends anything that deploy was doing there, also
-clears its lock.
+clears its lock.  ``/run/lock`` is world-writable (sticky), so another local user could create
+``/run/lock/fleet`` first and then swap what is inside it: the lock is taken only when
+``/run/lock/fleet`` (and a lock directory found there) is a real directory -- not a symlink --
+owned by the connecting user and writable by no one else; anything else is refused
+(:class:`UnsafeLockError`).  Inside such a directory only the connecting user can create
+entries, so what fleet writes there cannot be a symlink planted by someone else.
 
 Contract: :func:`acquire` succeeds only if the directory did not exist; otherwise it raises
 :class:`LockedError` naming the holder.  :func:`release` removes the lock only while its owner
-file is still ours, so a lock broken and re-taken by someone else is left alone.  Only
-:func:`break_lock` (``fleet unlock`` / ``--break-lock``) removes someone else's lock.
+file is still ours (or, taking over, the dead holder's), so a lock broken and re-taken by
+someone else is left alone.  Only :func:`break_lock` (``fleet unlock`` / ``--break-lock``)
+removes someone else's lock.  :func:`holder_dead` tells a lock left by a fleet process of this
+control host that is gone (its pid ended or now belongs to another process).
 
 Starts are ordered against their cancellation inside the lock directory (:func:`serial_argv`,
 :func:`fence_argv`): a Ctrl-C stops waiting for a running remote command after a short grace,
@@ -22,18 +30,22 @@ from __future__ import annotations
 import datetime
 import getpass
 import os
+import re
 import socket
 import uuid
 from typing import Sequence
 
+import psutil
+
 from launcher import hostscripts
-from launcher.deploy.remote import STEP_TIMEOUT_S, check, failure, sh
+from launcher.deploy.remote import STEP_TIMEOUT_S, check, failure, sh, tail
 from launcher.errors import FleetError
 from launcher.execute.transport import Result, Transport
 
 LOCK_ROOT = "/run/lock/fleet"
 
 _HELD = 75  # exit status of the acquire script when the lock exists (EX_TEMPFAIL)
+_UNSAFE = 77  # ... when the lock's directory could be changed by someone else (EX_NOPERM)
 
 _NO_FLOCK = 127
 # The scripts (launcher/hostscripts/lock-*.sh) say what each does and why.
@@ -56,6 +68,14 @@ class LockedError(FleetError):
         )
 
 
+class UnsafeLockError(FleetError):
+    """The lock's directory on a host could be changed by another local user: refused."""
+
+    def __init__(self, host: str, reason: str) -> None:
+        self.host = host
+        super().__init__(f"{host}: refusing the deploy lock: {reason}; remove it as root and run again")
+
+
 def lock_dir(deployment: str) -> str:
     return f"{LOCK_ROOT}/{deployment}"
 
@@ -63,7 +83,26 @@ def lock_dir(deployment: str) -> str:
 def owner_line() -> str:
     """Who is deploying, from where; the random id makes the line unique to this run."""
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return f"{getpass.getuser()}@{socket.gethostname()} pid={os.getpid()} time={now} id={uuid.uuid4().hex[:12]}"
+    me = psutil.Process()
+    return (f"{getpass.getuser()}@{socket.gethostname()} pid={me.pid} start={me.create_time():.2f} time={now} "
+            f"id={uuid.uuid4().hex[:12]}")  # fmt: skip
+
+
+_OWNER = re.compile(r"[^@\s]*@(?P<host>\S+) pid=(?P<pid>\d+) start=(?P<start>[0-9.]+) ")
+
+
+def holder_dead(owner: str) -> bool:
+    """``owner`` (a lock's owner line) is a fleet process of this control host that no longer
+    runs: its pid is gone, or belongs to a process started at another time.  False whenever
+    that cannot be proven (another control host, a line without a start time)."""
+    m = _OWNER.match(owner)
+    if m is None or m["host"] != socket.gethostname():
+        return False
+    try:
+        started = psutil.Process(int(m["pid"])).create_time()
+    except psutil.NoSuchProcess:
+        return True
+    return abs(started - float(m["start"])) > 1.0
 
 
 def acquire_argv(deployment: str, owner: str) -> tuple[str, ...]:
@@ -79,6 +118,8 @@ def acquired(result: Result, deployment: str) -> None:
     """Judges the answer to :func:`acquire_argv`: returns if the lock is now ours."""
     if result.exit_status == _HELD:
         raise LockedError(result.host, deployment, result.stdout_text.strip() or "(no owner file)")
+    if result.exit_status == _UNSAFE:
+        raise UnsafeLockError(result.host, tail(result.stderr_text, 1))
     if result.exit_status == _NO_FLOCK and not result.stderr_text.strip():
         raise FleetError(f"{result.host}: flock not found (util-linux): fleet needs it on every host it deploys to")
     if not result.ok:

@@ -82,7 +82,8 @@ def up(target: Target, connect: Connect, options: Options, progress: Progress = 
         session.require_all()
         if options.check:
             return _check(session, options)
-        return _apply(session, session.lock_and_survey(force=options.break_lock, images=True))
+        report = _apply(session, session.lock_and_survey(force=options.break_lock, images=True))
+    return session.reported(report)
 
 
 def _check(session: DeploySession, options: Options) -> Report:
@@ -289,7 +290,7 @@ def down(
                     reports.append(UnitReport(host=h, unit=m.unit, group=m.group, action="remove", outcome=outcome))
                 if isinstance(res, FleetError):
                     errors.append(str(res))
-        return Report(units=tuple(reports), errors=tuple(errors))
+    return session.reported(Report(units=tuple(reports), errors=tuple(errors)))
 
 
 def unlock(target: Target, connect: Connect, forks: int = 8) -> dict[str, str | None]:

@@ -10,7 +10,10 @@ Contract:
 
 - Connections are opened when the session is made and closed on exit.  The deploy lock, once
   taken (:meth:`DeploySession.lock`, :meth:`DeploySession.lock_and_survey`), is released on
-  every host on exit, whatever ends the session (Ctrl-C included).
+  every host on exit, whatever ends the session (Ctrl-C included); a lock that could not be
+  released is an error line naming the host and the command that clears it
+  (:meth:`DeploySession.reported`).  A lock left by a fleet run of this control host that is
+  gone (:func:`lock.holder_dead`) is taken over, with a note; any other holder refuses.
 - :meth:`DeploySession.start` restarts groups whole and tears down whatever of them did not
   come up healthy before it returns or raises; :func:`next_generation` is the one rule for the
   generation a unit runs as.
@@ -26,7 +29,7 @@ import contextlib
 import datetime
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Protocol, Sequence, TypeVar
 
 from launcher.deploy import lock
 from launcher.deploy.desired import Desired, secrets_file
@@ -39,7 +42,7 @@ from launcher.deploy.survey import GroupChange, Survey, SurveyAsk, deployment_di
 from launcher.errors import FleetError, HostKeyError, UnreachableError
 from launcher.execute.files import DEFAULT_TIMEOUT_S as FILES_TIMEOUT_S
 from launcher.execute.files import Put, Step, run_batch, write_files
-from launcher.execute.transport import Transport
+from launcher.execute.transport import Result, Transport
 from launcher.model import Host, Runtime
 from launcher.output import Event, Progress, QuietProgress, mask
 from launcher.render import STOP_TIMEOUT_S, hold_argv, unit_commands
@@ -56,6 +59,15 @@ class Target:
     hosts: tuple[Host, ...]
     units: tuple[Desired, ...]
     secrets: Mapping[str, str] = field(default_factory=dict)  # resolved on the control node
+    unlock_command: str = "fleet unlock PLAYBOOK -i INVENTORY"  # what clears its lock, as the operator types it
+
+
+class _Reported(Protocol):
+    @property
+    def errors(self) -> tuple[str, ...]: ...
+
+
+R = TypeVar("R", bound=_Reported)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -177,6 +189,7 @@ class DeploySession(Connections):
         self.owner = lock.owner_line()
         self.secrets = tuple(target.secrets.values())
         self._held: Sequence[str] = ()
+        self.unreleased: tuple[str, ...] = ()  # after exit: a line per host whose lock stayed
         super().__init__(target.hosts, connect, forks)
 
     def __enter__(self) -> DeploySession:
@@ -184,10 +197,22 @@ class DeploySession(Connections):
 
     def __exit__(self, *exc: object) -> None:
         try:
-            if self._held:
-                self.run(self._held, lambda h, t: lock.release(t, self.target.deployment, self.owner))
+            results = self.run(self._held, self._release)
         finally:
             self.close()
+        where = lock.lock_dir(self.target.deployment)
+        self.unreleased = tuple(
+            mask(f"{h}: the deploy lock {where} was not released ({str(err).removeprefix(h + ': ')}); once {h} "
+                 f"answers, clear it with: {self.target.unlock_command}", self.secrets)
+            for h, err in sorted(results.items()) if isinstance(err, FleetError)
+        )  # fmt: skip
+        if exc[0] is not None:  # the error that ends the command says nothing about it
+            for line in self.unreleased:
+                self.progress.note(line)
+
+    def reported(self, report: R) -> R:
+        """``report`` (made in the session) with a line per host whose lock stayed behind."""
+        return replace(report, errors=(*report.errors, *self.unreleased))  # type: ignore[type-var]
 
     # -- lock and survey
 
@@ -199,7 +224,7 @@ class DeploySession(Connections):
         def take(h: str, t: Transport) -> None:
             if force:
                 lock.break_lock(t, dep)
-            lock.acquire(t, dep, self.owner)
+            self._taken(t, t.run(lock.acquire_argv(dep, self.owner), timeout=STEP_TIMEOUT_S))
 
         with on_interrupt(self._release_everywhere):
             results = self.run(self.hosts, take)
@@ -223,7 +248,8 @@ class DeploySession(Connections):
             results = run_batch(t, [*steps, *ask.steps(dep)], timeout=STEP_TIMEOUT_S)
             if force and not results[0].ok:
                 raise failure(results[0], results[0].command)
-            lock.acquired(results[len(steps) - 1], dep)
+            if self._taken(t, results[len(steps) - 1]):  # the batch stopped at the refused acquire
+                results = (*results, *run_batch(t, ask.steps(dep), timeout=STEP_TIMEOUT_S))
             taken.add(h)
             return ask.survey(t, dep, results[len(steps):])
 
@@ -235,6 +261,21 @@ class DeploySession(Connections):
             raise next((e for h, e in errors.items() if h not in taken), next(iter(errors.values())))
         self._held = self.hosts
         return {h: s for h, s in results.items() if isinstance(s, Survey)}
+
+    def _taken(self, t: Transport, result: Result) -> bool:
+        """Judges the answer to the lock's acquire; a lock whose holder is provably dead (see
+        :func:`lock.holder_dead`) is released as that holder and taken again (returns True)."""
+        dep = self.target.deployment
+        try:
+            lock.acquired(result, dep)
+        except lock.LockedError as err:
+            if not lock.holder_dead(err.owner):
+                raise
+            lock.release(t, dep, err.owner)
+            lock.acquire(t, dep, self.owner)
+            self.progress.note(f"{err.host}: took over the deploy lock of a fleet run that is gone ({err.owner})")
+            return True
+        return False
 
     def _release(self, h: str, t: Transport) -> None:
         lock.release(t, self.target.deployment, self.owner)

@@ -35,7 +35,6 @@ from typing import Callable, Mapping, Sequence
 from launcher.config.patterns import select
 from launcher.deploy import orchestrate
 from launcher.deploy.desired import Desired, groups as desired_groups, secrets_file, step_of
-from launcher.deploy.health import Verdict
 from launcher.deploy.manifest import Manifest
 from launcher.deploy.orchestrate import Options
 from launcher.deploy.secrets import resolve
@@ -293,31 +292,36 @@ def _revive(new: Target, connect: Connect, options: RollOptions, progress: Progr
     with DeploySession(new, connect, forks=options.forks, progress=progress, timeout_s=options.timeout_s) as session:
         session.require_all()
         session.lock(force=options.break_lock)
-        by_group = desired_groups(new.units)
-        for step in sorted({step_of(us) for us in by_group.values()}):
-            batch = {g: us for g, us in by_group.items() if step_of(us) == step}
+        err = _revive_steps(session)
+    return err if err is not None or not session.unreleased else FleetError(session.unreleased[0])
 
-            def back(h: str, t: Transport, batch: Mapping[str, Sequence[Desired]] = batch) -> None:
-                for units in batch.values():
-                    for d in units:
-                        if d.host != h:
-                            continue
-                        prev = restore.swap_in_prev(t, h, d.dir, ())
-                        sf = secrets_file(d, new.secrets)  # retiring removed it; prev/ never keeps one
-                        if sf is not None:
-                            t.put(sf.path, sf.content, sf.mode)
-                        restore.start_kept(t, d, prev, progress)
 
-            involved = sorted({d.host for us in batch.values() for d in us})
-            results = session.run(involved, back)
-            err = next((r for r in results.values() if isinstance(r, FleetError)), None)
-            if err is not None:
-                return err
-            verdicts: dict[str, Verdict] = session.gate(batch)
-            bad = next((v for v in verdicts.values() if not v.healthy), None)
-            if bad is not None:
-                return bad.error
-        return None
+def _revive_steps(session: DeploySession) -> FleetError | None:
+    new = session.target
+    by_group = desired_groups(new.units)
+    for step in sorted({step_of(us) for us in by_group.values()}):
+        batch = {g: us for g, us in by_group.items() if step_of(us) == step}
+
+        def back(h: str, t: Transport, batch: Mapping[str, Sequence[Desired]] = batch) -> None:
+            for units in batch.values():
+                for d in units:
+                    if d.host != h:
+                        continue
+                    prev = restore.swap_in_prev(t, h, d.dir, ())
+                    sf = secrets_file(d, new.secrets)  # retiring removed it; prev/ never keeps one
+                    if sf is not None:
+                        t.put(sf.path, sf.content, sf.mode)
+                    restore.start_kept(t, d, prev, session.progress)
+
+        involved = sorted({d.host for us in batch.values() for d in us})
+        results = session.run(involved, back)
+        err = next((r for r in results.values() if isinstance(r, FleetError)), None)
+        if err is not None:
+            return err
+        bad = next((v for v in session.gate(batch).values() if not v.healthy), None)
+        if bad is not None:
+            return bad.error
+    return None
 
 
 def _retire(target: Target, connect: Connect, options: RollOptions, progress: Progress, notes: list[str]) -> list[str]:
@@ -358,7 +362,7 @@ def _retire(target: Target, connect: Connect, options: RollOptions, progress: Pr
             batch = [m for m in manifests if (RETIRE_ORDER.get(m.role, 5), stop_wave(m.rank)) == step]
             results = session.retire(batch, states=("retiring", "retired"))
             errors += [str(r) for r in results.values() if isinstance(r, FleetError)]
-    return errors
+    return [*errors, *session.unreleased]
 
 
 def _report(

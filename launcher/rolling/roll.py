@@ -120,7 +120,8 @@ def roll(
     with DeploySession(target, connect, forks=options.forks, progress=progress, timeout_s=options.timeout_s) as session:
         session.require_all()
         session.lock(force=options.break_lock)
-        return _Rollout(session, routers, options, plan, action).run()
+        report = _Rollout(session, routers, options, plan, action).run()
+    return session.reported(report)
 
 
 class _Rollout:

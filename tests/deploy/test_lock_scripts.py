@@ -5,6 +5,7 @@ is not fenced off; a fence waits for a start that is running, then no start of t
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -176,3 +177,73 @@ def test_the_lock_is_taken_once(shell: str, tmp_path: Path) -> None:
     assert (first.returncode, (root / "dep" / "owner").read_text()) == (0, OWNER + "\n")
     second = subprocess.run(_argv(shell, lock._ACQUIRE, str(root), str(root / "dep"), "other"), capture_output=True, text=True, timeout=30)
     assert (second.returncode, second.stdout) == (75, OWNER + "\n")
+
+
+# -- the acquire script on a shared host (issue 16: /run/lock is world-writable)
+
+NOBODY = 65534
+
+
+def _acquire(shell: str, root: Path, dep: str = "dep") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(_argv(shell, lock._ACQUIRE, str(root), f"{root}/{dep}", OWNER), capture_output=True, text=True,
+                          timeout=30)  # fmt: skip
+
+
+def _judged(res: subprocess.CompletedProcess[str]) -> None:
+    lock.acquired(Result(host="h1", command="acquire", exit_status=res.returncode, stdout=res.stdout.encode(),
+                         stderr=res.stderr.encode()), "dep")  # fmt: skip
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_acquire_makes_a_private_lock_root_and_takes_the_lock(shell: str, tmp_path: Path) -> None:
+    root = tmp_path / "lock" / "fleet"
+    res = _acquire(shell, root)
+    assert (res.returncode, res.stderr) == (0, "")
+    assert (root / "dep" / "owner").read_text() == OWNER + "\n"
+    assert oct(root.stat().st_mode & 0o777) == "0o755"
+    res = _acquire(shell, root)
+    assert (res.returncode, res.stdout) == (75, OWNER + "\n"), "held: the holder is named"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a directory another user owns")
+@pytest.mark.parametrize("shell", SHELLS)
+def test_acquire_refuses_a_lock_root_another_user_made(shell: str, tmp_path: Path) -> None:
+    root = tmp_path / "fleet"
+    root.mkdir(mode=0o755)
+    os.chown(root, NOBODY, NOBODY)
+    res = _acquire(shell, root)
+    assert res.returncode == 77
+    assert not (root / "dep").exists(), "nothing written into their directory"
+    with pytest.raises(FleetError) as err:
+        _judged(res)
+    assert str(err.value) == (
+        f"h1: refusing the deploy lock: {root} is owned by uid {NOBODY}, not by the connecting user (uid 0); "
+        "remove it as root and run again"
+    )
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_acquire_refuses_a_lock_root_others_can_write(shell: str, tmp_path: Path) -> None:
+    root = tmp_path / "fleet"
+    root.mkdir()
+    root.chmod(0o1777)
+    res = _acquire(shell, root)
+    assert (res.returncode, res.stderr.strip()) == (77, f"{root} is writable by others (mode 1777)")
+    assert not (root / "dep").exists()
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_acquire_refuses_a_lock_root_or_lock_reached_through_a_symlink(shell: str, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o755)
+    root = tmp_path / "fleet"
+    root.symlink_to(elsewhere)
+    res = _acquire(shell, root)
+    assert (res.returncode, res.stderr.strip()) == (77, f"{root} is a symlink")
+    assert list(elsewhere.iterdir()) == [], "nothing written through the link"
+    root.unlink()
+    root.mkdir(mode=0o755)
+    (root / "dep").symlink_to(elsewhere)
+    res = _acquire(shell, root)
+    assert (res.returncode, res.stderr.strip()) == (77, f"{root}/dep is a symlink")
+    assert list(elsewhere.iterdir()) == []
