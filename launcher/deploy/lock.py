@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import datetime
 import getpass
-import os
 import re
 import socket
 import uuid

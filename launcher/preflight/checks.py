@@ -45,6 +45,7 @@ from launcher.engines.context import BOOTSTRAP, DIST_INIT, MASTER_PORT, NIXL_SID
 from launcher.model import Host, Inventory, Plan, Playbook, Recipe, Unit
 from launcher.weights import manifest as weights_manifest
 from launcher.preflight.facts import HostFacts, sections_script, split_sections
+from launcher.render import rdma_flags
 
 Status = Literal["pass", "warn", "fail"]
 Level = Literal["cheap", "full"]
@@ -281,17 +282,11 @@ def image_units(plan: Plan, inventory: Inventory) -> tuple[Unit, ...]:
 
 
 def rdma_probe_flags(unit: Unit) -> tuple[str, ...]:
-    """The rendered docker flags that decide what the container sees of RDMA, and the image."""
+    """The rendered docker flags that decide what the container sees of RDMA (render's
+    :func:`launcher.render.rdma_flags`), the unit's extra docker args, and the image."""
     c = unit.container
     assert c is not None
-    args: list[str] = []
-    for dev in c.devices:
-        args += ["--device", dev]
-    for cap in c.cap_add:
-        args += ["--cap-add", cap]
-    for ulimit in c.ulimits:
-        args += ["--ulimit", ulimit]
-    return (*args, *c.extra_args, c.image)
+    return (*rdma_flags(c), *c.extra_args, c.image)
 
 
 def _leader_ports(unit: Unit) -> list[tuple[str, int]]:

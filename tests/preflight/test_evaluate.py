@@ -450,3 +450,24 @@ def test_measured_weights_per_card_must_fit() -> None:
     assert fails(preflight.evaluate(plan, inv, recipe, facts)) == [
         f"fail: {h}: gpu-memory: 82 GiB per GPU cannot hold the recipe's 90 GiB of weights per card (fix: place the "
         "recipe on hosts with larger GPUs)" for h in ("gpu-01", "gpu-02")]
+
+
+def test_the_rdma_probe_passes_exactly_the_rdma_flags_the_unit_runs_with() -> None:
+    """Preflight's /dev/infiniband probe container and the unit's own ``docker run`` get the
+    device / capability / ulimit flags from one place (render); a flag added to the unit
+    reaches the probe too."""
+    from launcher.render import docker_run_args
+
+    a = host("gpu-01", "10.0.11.1", 3)
+    u = unit(a, 0, 3)
+    assert u.container is not None
+    u = dataclasses.replace(u, container=dataclasses.replace(u.container, devices=("/dev/infiniband", "/dev/gdrdrv"),
+                                                              extra_args=("--privileged",)))  # fmt: skip
+    probe = preflight.rdma_probe_flags(u)
+    run = docker_run_args(u, detached=True, render_hash="h")
+    rdma = probe[:-2]
+    assert rdma == ("--device", "/dev/infiniband", "--device", "/dev/gdrdrv", "--cap-add", "IPC_LOCK",
+                    "--ulimit", "memlock=-1")  # fmt: skip
+    start = run.index("--device")
+    assert run[start:start + len(rdma)] == rdma
+    assert probe[-2:] == ("--privileged", "img") and "--privileged" in run
