@@ -53,7 +53,7 @@ CONTAINER = "fleet-host"
 INDEX_BASE = 200  # sK has index 200+K: addresses .211, .212, ... of the slot's /20
 IFNAME = "veth0"
 READY_TIMEOUT_S = 60.0
-_RECIPE = "systemd-host-1"  # bump when the build steps below change
+_RECIPE = "systemd-host-2"  # bump when the build steps below change
 PACKAGES = ("systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "iproute2", "procps")
 SITE = "usr/local/lib/python3.11/dist-packages"  # on the system python's sys.path
 SSHD_DROPIN = """\
@@ -83,8 +83,13 @@ def host_files() -> dict[str, bytes]:
     return files
 
 
+def base_hash() -> str:
+    """Identifies the unpacked Debian rootfs: packages and build steps (not fleet's files)."""
+    return hashlib.sha256("\0".join((_RECIPE, " ".join(PACKAGES))).encode()).hexdigest()[:16]
+
+
 def source_hash() -> str:
-    h = hashlib.sha256("\0".join((_RECIPE, " ".join(PACKAGES))).encode())
+    h = hashlib.sha256(base_hash().encode())
     for path, content in sorted(host_files().items()):
         h.update(b"\0" + path.encode() + b"\0" + hashlib.sha256(content).digest())
     return h.hexdigest()[:16]
@@ -93,7 +98,9 @@ def source_hash() -> str:
 @contextmanager
 def template() -> Iterator[Path]:
     """The data-root template holding :data:`IMAGE` (built once per input hash), held with a
-    shared lock while the caller seeds from it; other hashes' templates are dropped at build."""
+    shared lock while the caller seeds from it.  The Debian rootfs is cached apart
+    (``systemd-base-<hash>/``), so a change of the stand-in rebuilds the image from it in seconds
+    instead of running mmdebstrap again; other hashes' templates and bases are dropped at build."""
     cache = state.cache_root() / image.IMAGES
     cache.mkdir(parents=True, exist_ok=True)
     digest = source_hash()
@@ -101,37 +108,53 @@ def template() -> Iterator[Path]:
     with open(cache / "systemd.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not path.is_dir():
-            for old in cache.glob("systemd-template-*"):
-                shutil.rmtree(old, ignore_errors=True)
+            for old in (*cache.glob("systemd-template-*"), *cache.glob("systemd-base-*")):
+                if not old.name.endswith(base_hash()):
+                    shutil.rmtree(old, ignore_errors=True)
             _build(cache, path)
         fcntl.flock(lock, fcntl.LOCK_SH)  # downgrade: concurrent ups seed, nobody rebuilds
         yield path
 
 
-def _build(cache: Path, path: Path) -> None:
+def _base(cache: Path) -> Path:
+    """The Debian rootfs (mmdebstrap: maintainer scripts run, so users, enabled units and /etc
+    are a real host's) without its generated host keys."""
+    base = cache / f"systemd-base-{base_hash()}"
+    if base.is_dir():
+        return base
     if shutil.which("mmdebstrap") is None:
         raise FleetError("sandbox systemd image: mmdebstrap is missing (scripts/install.sh installs it)")
     sources = [str(p) for p in sorted(Path("/etc/apt/sources.list.d").glob("*.sources"))]
     sources += [p for p in ("/etc/apt/sources.list",) if Path(p).is_file() and Path(p).read_text().strip()]
+    work = base.with_name(base.name + ".build")
+    shutil.rmtree(work, ignore_errors=True)
+    cmd = (
+        "mmdebstrap", "--variant=minbase", "--mode=root", f"--include={','.join(PACKAGES)}",
+        *(f"--dpkgopt=path-exclude=/usr/share/{d}/*" for d in ("doc", "man", "locale")),
+        "bookworm", str(work), *sources,
+    )  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        shutil.rmtree(work, ignore_errors=True)
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise FleetError(f"sandbox systemd image: mmdebstrap failed: {tail}")
+    for key in (work / "etc/ssh").glob("ssh_host_*"):
+        key.unlink()  # each host gets the sandbox's key
+    for sub in ("etc/ssh/fleet", "srv/models", "srv/cache"):
+        (work / sub).mkdir(parents=True, exist_ok=True)
+    work.replace(base)
+    return base
+
+
+def _build(cache: Path, path: Path) -> None:
+    base = _base(cache)
     with tempfile.TemporaryDirectory(dir=cache, prefix="systemd-rootfs-") as tmp:
         root = Path(tmp) / "root"
-        cmd = (
-            "mmdebstrap", "--variant=minbase", "--mode=root", f"--include={','.join(PACKAGES)}",
-            *(f"--dpkgopt=path-exclude=/usr/share/{d}/*" for d in ("doc", "man", "locale")),
-            "bookworm", str(root), *sources,
-        )  # fmt: skip
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise FleetError(f"sandbox systemd image: mmdebstrap failed: {tail}")
-        for key in (root / "etc/ssh").glob("ssh_host_*"):
-            key.unlink()  # each host gets the sandbox's key
-        (root / "etc/ssh/fleet").mkdir()
-        for sub in ("srv/models", "srv/cache"):
-            (root / sub).mkdir(parents=True, exist_ok=True)
+        subprocess.run(("cp", "-al", str(base), str(root)), check=True)  # hardlinks: never written
         for rel, content in host_files().items():
             target = root / rel
             target.parent.mkdir(parents=True, exist_ok=True)
+            target.unlink(missing_ok=True)  # a new inode: the base's files stay untouched
             target.write_bytes(content)
             target.chmod(0o755 if rel.startswith("usr/local/bin/") else 0o644)
         tar = Path(tmp) / "rootfs.tar"
