@@ -8,7 +8,6 @@ decides exit codes.
 from __future__ import annotations
 
 import json
-import re
 import sys
 import threading
 from dataclasses import dataclass
@@ -20,8 +19,6 @@ if TYPE_CHECKING:  # rich is imported where a table is drawn: most commands' hot
 
 MASK = "***"
 
-_ENV_LINE = re.compile(r"^(\s*(?:export\s+)?[A-Za-z_][A-Za-z0-9_]*=)(.*)$")
-
 
 def mask(text: str, secrets: Iterable[str]) -> str:
     """``text`` with every secret value replaced by ``***`` (longest first, so a secret that
@@ -29,15 +26,6 @@ def mask(text: str, secrets: Iterable[str]) -> str:
     for value in sorted({s for s in secrets if s}, key=len, reverse=True):
         text = text.replace(value, MASK)
     return text
-
-
-def mask_env_values(text: str) -> str:
-    """An env file with every value masked (``NAME=***``): for files that hold only secrets."""
-    out = []
-    for line in text.splitlines(keepends=True):
-        m = _ENV_LINE.match(line.rstrip("\n"))
-        out.append(f"{m.group(1)}{MASK}\n" if m else line)
-    return "".join(out)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -151,7 +151,7 @@ def _diffs(target: Target, session: DeploySession, decision: Decision, surveys: 
             if path.endswith("/" + MANIFEST_FILE):
                 continue  # fleet's own record, rewritten by every deploy
             is_secret = path.endswith("/" + SECRETS_FILE)
-            chunks.append(file_diff(h, path, now.get(path), new.get(path), secrets, env_values=is_secret))
+            chunks.append(file_diff(h, path, now.get(path), new.get(path), secrets, secrets_file=is_secret))
     return "".join(chunks)
 
 

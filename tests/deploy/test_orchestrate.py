@@ -213,12 +213,15 @@ def test_secret_goes_to_a_0600_file_and_never_into_argv_or_reports(sim: SimFleet
     assert token not in repr(report)
 
 
-def test_check_diff_touches_nothing_and_masks_secrets(sim: SimFleet) -> None:
-    up(target(pp_plan(secret=True), {"HF_TOKEN": "old-token"}), sim.connect, FAST)
+def test_check_diff_touches_nothing_and_shows_no_secret_text(sim: SimFleet) -> None:
+    # Quotes and line breaks: the value is written shell-quoted over several lines, so masking
+    # the raw value or the NAME= line would let the rest show (issue 16 item 2).
+    old_value, new_value = "old 'tok'\nOLD-SECOND-LINE", 'new"tok\nNEW-SECOND-LINE'
+    up(target(pp_plan(secret=True), {"HF_TOKEN": old_value}), sim.connect, FAST)
     before = {h: dict(sim[h].files) for h in ("h1", "h2", "h3")}
     logged = {h: len(sim[h].log) for h in ("h1", "h2", "h3")}
     report = up(
-        target(pp_plan(secret=True, args=("--max-running-requests", "8")), {"HF_TOKEN": "new-token"}),
+        target(pp_plan(secret=True, args=("--max-running-requests", "8")), {"HF_TOKEN": new_value}),
         sim.connect,
         Options(check=True, diff=True),
     )
@@ -234,8 +237,10 @@ def test_check_diff_touches_nothing_and_masks_secrets(sim: SimFleet) -> None:
     assert not [e for e in new_calls if e[:2] == ("sh", "-c") and "docker rm" in e[2]]
     assert "+++ h1:/etc/fleet/demo/fleet-demo-rank-r0/run.sh" in report.diff
     assert "--max-running-requests 8" in report.diff
-    assert "old-token" not in report.diff and "new-token" not in report.diff
-    assert "h1:/etc/fleet/demo/fleet-demo-rank-r0/secrets.env\n(secret values changed)" in report.diff
+    for fragment in ("OLD-SECOND-LINE", "NEW-SECOND-LINE", "tok"):
+        assert fragment not in report.diff
+    assert "secrets.env\n" not in report.diff.replace(": secret HF_TOKEN: changed\n", ""), "never diffed"
+    assert "h1:/etc/fleet/demo/fleet-demo-rank-r0/secrets.env: secret HF_TOKEN: changed\n" in report.diff
 def test_down_removes_units_keeps_prev_and_drops_secrets(sim: SimFleet) -> None:
     up(target(pp_plan(secret=True), {"HF_TOKEN": "tok"}), sim.connect, FAST)
     report = down(target(pp_plan(secret=True)), sim.connect, FAST)
