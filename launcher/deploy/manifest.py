@@ -3,20 +3,16 @@
 
 Contract: one line of JSON with sorted keys; :func:`parse` accepts exactly what :func:`dumps`
 writes and returns None for anything else (a hand-edited or truncated manifest counts as no
-manifest, so the next ``up`` redeploys that unit rather than trusting it).  ``secrets_digest``
-is optional: manifests written before it existed, and units without secrets, have none.
+manifest, so the next ``up`` redeploys that unit rather than trusting it).
 
-The secrets digest is a keyed hash (HMAC-SHA256 under a random per-install salt kept beside it)
-of the unit's secrets file: it tells whether the values changed without storing them, and the
-salt keeps equal values on two units or hosts from having equal digests.
+The manifest is world-readable (0644), so it holds nothing derived from a secret: whether secret
+values changed is judged from the 0600 secrets file itself (see :mod:`launcher.deploy.survey`).
+The ``secrets_digest`` older fleet versions wrote is accepted and dropped on reading.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
-import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -41,33 +37,13 @@ class Manifest:
     deployed_by: str
     deployed_at: str  # UTC, ISO 8601
     files: tuple[str, ...]  # every path this unit owns on the host (secrets.env included)
-    secrets_digest: str | None = None  # "hmac-sha256:<salt hex>:<digest hex>" of the secrets file
 
 
-_OPTIONAL = frozenset({"secrets_digest"})
-_DIGEST = "hmac-sha256"
+_LEGACY = "secrets_digest"  # a salted HMAC of the secrets file, written by fleet before 2026-12
 
 
 def dumps(m: Manifest) -> str:
-    raw = {k: v for k, v in asdict(m).items() if not (k in _OPTIONAL and v is None)}
-    return json.dumps(raw, sort_keys=True, separators=(",", ":")) + "\n"
-
-
-def secrets_digest(content: bytes, salt: bytes | None = None) -> str:
-    """The keyed hash of a secrets file (a fresh random salt unless given)."""
-    key = os.urandom(16) if salt is None else salt
-    return f"{_DIGEST}:{key.hex()}:{hmac.new(key, content, hashlib.sha256).hexdigest()}"
-
-
-def same_secrets(digest: str, content: bytes) -> bool:
-    """Whether ``content`` is what ``digest`` was made from (an unreadable digest: no)."""
-    kind, _, rest = digest.partition(":")
-    salt, _, _ = rest.partition(":")
-    try:
-        key = bytes.fromhex(salt)
-    except ValueError:
-        return False
-    return kind == _DIGEST and hmac.compare_digest(secrets_digest(content, key), digest)
+    return json.dumps(asdict(m), sort_keys=True, separators=(",", ":")) + "\n"
 
 
 def parse(text: str) -> Manifest | None:
@@ -76,8 +52,9 @@ def parse(text: str) -> Manifest | None:
     except ValueError:
         return None
     names = {f.name for f in fields(Manifest)}
-    if not isinstance(raw, dict) or not names - _OPTIONAL <= set(raw) <= names:
+    if not isinstance(raw, dict) or set(raw) - {_LEGACY} != names:
         return None
+    raw.pop(_LEGACY, None)
     try:
         raw["files"] = tuple(raw["files"])
         m = Manifest(**raw)
@@ -89,6 +66,5 @@ def parse(text: str) -> Manifest | None:
         and isinstance(m.generation, int)
         and m.runtime in ("docker", "systemd")
         and all(isinstance(f, str) for f in m.files)
-        and (m.secrets_digest is None or isinstance(m.secrets_digest, str))
     )
     return m if types_ok else None

@@ -35,7 +35,7 @@ from launcher.deploy import lock
 from launcher.deploy.desired import Desired, secrets_file
 from launcher.deploy.fan import each, first_error
 from launcher.deploy.health import Verdict, gate
-from launcher.deploy.manifest import Manifest, dumps, secrets_digest
+from launcher.deploy.manifest import Manifest, dumps
 from launcher.deploy.remote import STEP_TIMEOUT_S, check, failure, show
 from launcher.deploy.steps import manifest_path, remove_argv, rotate_argv
 from launcher.deploy.survey import GroupChange, Survey, SurveyAsk, deployment_dir, missing, next_generation, survey_host
@@ -484,7 +484,6 @@ def _stop_and_install(
             deployed_by=who,
             deployed_at=when,
             files=d.owned,
-            secrets_digest=secrets_digest(sf.content) if sf is not None else None,
         )
         manifests.append(Put(path=manifest_path(d.dir), data=dumps(manifest).encode(), mode=0o644))
     timeout = len(units) * (STOP_TIMEOUT_S + 60) + FILES_TIMEOUT_S

@@ -1,6 +1,11 @@
 """What runs where now, and what a plan changes about it: one round trip per host reads this
-deployment's manifests, the liveness of its units and (when asked) which planned images are
-present; :func:`decide` turns that into a restart decision per group.
+deployment's manifests, the liveness of its units, the SHA-256 of each planned secrets file and
+(when asked) which planned images are present; :func:`decide` turns that into a restart decision
+per group.
+
+Secret values are compared through the hash of the 0600 secrets file, taken on the host at
+survey time: no digest of a secret is kept anywhere on the host (a digest in the world-readable
+manifest let any local user check guesses offline).
 
 Contract: :func:`decide` and :func:`next_generation` are pure; :func:`survey_host` is one round
 trip (two when manifests name units not planned here: their liveness by the runtime they were
@@ -9,18 +14,21 @@ deployed with).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Literal, Mapping, Sequence
 
 from launcher.deploy.desired import Desired, groups, secrets_file, step_of
-from launcher.deploy.manifest import Manifest, parse, same_secrets
+from launcher.deploy.manifest import Manifest, parse
 from launcher.deploy.remote import STEP_TIMEOUT_S, failure
 from launcher.deploy.steps import (
     MISSING,
     Liveness,
+    hashes_argv,
     images_argv,
     liveness_argv,
     liveness_from,
+    parse_hashes,
     parse_images,
     read_manifests_argv,
     run_liveness,
@@ -43,6 +51,7 @@ class Survey:
     manifests: Mapping[str, Manifest]
     live: Mapping[str, Liveness]
     images: Mapping[str, bool] = field(default_factory=dict)  # image -> present
+    secret_hashes: Mapping[str, str | None] = field(default_factory=dict)  # secrets file -> sha256 (None: absent)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,15 +77,18 @@ def decide(
     units: Sequence[Desired], surveys: Mapping[str, Survey], secrets: Mapping[str, str] | None = None
 ) -> Decision:
     """Per restart group: ``start`` when no rank is deployed, ``restart`` when a rank is missing,
-    its render hash changed, its secret values changed (``secrets``: the resolved values; a
-    manifest without a secrets digest -- written before fleet recorded one -- counts as
-    unchanged secrets, so upgrading fleet restarts nothing), or a rank is not running."""
+    its render hash changed, its secret values changed (``secrets``: the resolved values,
+    compared with the secrets file the survey hashed; a file the survey did not hash counts as
+    unchanged), or a rank is not running."""
     changes = []
     for group, members in groups(units).items():
         olds = {d.name: surveys[d.host].manifests.get(d.name) for d in members}
         missing = [d for d in members if olds[d.name] is None]
         changed = [d for d in members if (m := olds[d.name]) is not None and m.render_hash != d.render_hash]
-        resecret = [d for d in members if d not in changed and _secrets_changed(d, olds[d.name], secrets)]
+        resecret = [
+            d for d in members
+            if d not in changed and olds[d.name] is not None and _secrets_changed(d, surveys[d.host], secrets)
+        ]
         down = [d for d in members if surveys[d.host].live.get(d.name, Liveness(state="missing")).state != "running"]
         action: Literal["unchanged", "start", "restart"]
         if len(missing) == len(members):
@@ -97,13 +109,13 @@ def decide(
     return Decision(groups=tuple(changes), orphans=orphans)
 
 
-def _secrets_changed(d: Desired, old: Manifest | None, values: Mapping[str, str] | None) -> bool:
-    if old is None or old.secrets_digest is None or values is None:
+def _secrets_changed(d: Desired, survey: Survey, values: Mapping[str, str] | None) -> bool:
+    if values is None or d.secrets_path not in survey.secret_hashes:
         return False
     if any(ref.name not in values for ref in d.unit.secrets):
         return False  # not resolved here: nothing to compare
     sf = secrets_file(d, values)
-    return sf is not None and not same_secrets(old.secrets_digest, sf.content)
+    return sf is not None and survey.secret_hashes[d.secrets_path] != hashlib.sha256(sf.content).hexdigest()
 
 
 def next_generation(old: Manifest | None, d: Desired) -> int:
@@ -135,13 +147,15 @@ class SurveyAsk:
     host: str
     names: Mapping[Runtime, tuple[str, ...]]  # planned units by (planned) runtime
     images: tuple[str, ...]
+    secret_files: tuple[str, ...]  # the planned units' secrets files (hashed, never read)
 
     @classmethod
     def of(cls, host: str, units: Sequence[Desired], images: bool) -> SurveyAsk:
         mine = [d for d in units if d.host == host]
         names = {rt: tuple(sorted(d.name for d in mine if d.unit.runtime == rt)) for rt in _RUNTIMES}
         wanted = tuple(sorted({d.image for d in mine if d.image is not None})) if images else ()
-        return cls(host=host, names=names, images=wanted)
+        secret_files = tuple(sorted(d.secrets_path for d in mine if d.unit.secrets))
+        return cls(host=host, names=names, images=wanted, secret_files=secret_files)
 
     def steps(self, deployment: str) -> list[Step]:
         ddir = deployment_dir(deployment)
@@ -149,6 +163,8 @@ class SurveyAsk:
         out += [Step(argv=liveness_argv(rt, self.names[rt]), label=f"{rt} liveness") for rt in _RUNTIMES if self.names[rt]]
         if self.images:
             out.append(Step(argv=images_argv(self.images), label="docker image inspect"))
+        if self.secret_files:
+            out.append(Step(argv=hashes_argv(self.secret_files), label="sha256sum secrets files"))
         return out
 
     def survey(self, t: Transport, deployment: str, results: Sequence[Result]) -> Survey:
@@ -166,9 +182,15 @@ class SurveyAsk:
             if self.names[rt]:
                 live.update(liveness_from(next(answers), rt, self.names[rt]))
         images = parse_images(next(answers).stdout_text) if self.images else {}
+        hashes: dict[str, str | None] = {}
+        if self.secret_files:
+            hashed = next(answers)
+            if not hashed.ok:
+                raise failure(hashed, hashed.command)
+            hashes = parse_hashes(hashed.stdout_text)
         for rt in _RUNTIMES:
             live.update(run_liveness(t, rt, sorted(m.unit for m in manifests.values() if m.unit not in live and m.runtime == rt)))
-        return Survey(manifests=manifests, live=live, images=images)
+        return Survey(manifests=manifests, live=live, images=images, secret_hashes=hashes)
 
 
 _RUNTIMES: tuple[Runtime, ...] = ("docker", "systemd")

@@ -4,12 +4,13 @@ secrets, check/diff without writes."""
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 
 import pytest
 
 from launcher.deploy import orchestrate, steps
 from launcher.deploy.lock import LockedError, lock_dir
-from launcher.deploy.manifest import Manifest, dumps, parse, same_secrets, secrets_digest
+from launcher.deploy.manifest import Manifest, dumps, parse
 from launcher.deploy.orchestrate import Options, down, up
 from launcher.errors import ExitCode, HostKeyError
 from launcher.execute import files
@@ -340,31 +341,39 @@ def test_changed_secret_values_restart_only_the_groups_using_them(sim: SimFleet)
     assert sim["h2"].containers["fleet-demo-rank-r1"].starts == 2
     m1, m2 = sim["h1"].manifest(f"{D}/fleet-demo-rank-r0"), sim["h2"].manifest(f"{D}/fleet-demo-rank-r1")
     assert m1 is not None and m2 is not None and m1["generation"] == 1, "same files: same generation"
-    d1, d2 = str(m1["secrets_digest"]), str(m2["secrets_digest"])
-    assert d1.startswith("hmac-sha256:") and d1 != d2, "salted per unit"
-    assert "tok-B" not in d1 and same_secrets(d1, b"HF_TOKEN=tok-B\n") and not same_secrets(d1, b"HF_TOKEN=tok-A\n")
-    m3 = sim["h3"].manifest(f"{D}/fleet-demo-router")
-    assert m3 is not None and "secrets_digest" not in m3, "no secrets: no digest"
+    # The world-readable manifest holds nothing derived from the secret (issue 16 item 3).
+    assert set(m1) == set(m2) == {f.name for f in fields(Manifest)}
 
 
-def test_a_manifest_from_before_secret_digests_counts_as_unchanged_secrets(sim: SimFleet) -> None:
+def test_a_secrets_file_changed_or_removed_on_the_host_restarts_its_group(sim: SimFleet) -> None:
+    # Secrets are compared with the file on the host, not with a record of what was written.
+    up(target(pp_plan(secret=True), {"HF_TOKEN": "tok-A"}), sim.connect, FAST)
+    sim["h1"].files[f"{D}/fleet-demo-rank-r0/secrets.env"] = (b"HF_TOKEN=edited\n", 0o600)
+    del sim["h2"].files[f"{D}/fleet-demo-rank-r1/secrets.env"]
+    report = up(target(pp_plan(secret=True), {"HF_TOKEN": "tok-A"}), sim.connect, FAST)
+    assert {u.unit: u.reason for u in report.units}["fleet-demo-rank-r0"] == (
+        "changed: secrets of h1/fleet-demo-rank-r0, secrets of h2/fleet-demo-rank-r1"
+    )
+    assert sim["h2"].files[f"{D}/fleet-demo-rank-r1/secrets.env"][0] == b"HF_TOKEN=tok-A\n"
+
+
+def test_a_manifest_with_an_older_fleets_secrets_digest_is_read_and_rewritten_without_it(sim: SimFleet) -> None:
     up(target(pp_plan(secret=True), {"HF_TOKEN": "tok-A"}), sim.connect, FAST)
     for h, u in (("h1", "fleet-demo-rank-r0"), ("h2", "fleet-demo-rank-r1")):
         path = f"{D}/{u}/manifest.json"
-        raw = json.loads(sim[h].files[path][0])
-        del raw["secrets_digest"]
+        raw = json.loads(sim[h].files[path][0]) | {"secrets_digest": "hmac-sha256:00:11"}
         sim[h].files[path] = (json.dumps(raw, sort_keys=True, separators=(",", ":")).encode() + b"\n", 0o644)
-        assert parse(sim[h].files[path][0].decode()) is not None
+    same = up(target(pp_plan(secret=True), {"HF_TOKEN": "tok-A"}), sim.connect, FAST)
+    assert set(outcomes(same).values()) == {"unchanged"}, "read as before: nothing restarts"
     report = up(target(pp_plan(secret=True), {"HF_TOKEN": "tok-B"}), sim.connect, FAST)
-    assert set(outcomes(report).values()) == {"unchanged"}
+    assert outcomes(report)["fleet-demo-rank-r0"] == "healthy"
+    assert b"secrets_digest" not in sim["h1"].files[f"{D}/fleet-demo-rank-r0/manifest.json"][0]
 
 
-def test_manifest_digest_round_trip_and_bad_digests() -> None:
+def test_manifest_round_trip() -> None:
     m = Manifest(deployment="d", unit="u", host="h", group="g", role="rank", rank=0, runtime="docker",
                  render_hash="x", recipe="r", image=None, generation=1, deployed_by="me", deployed_at="T",
-                 files=("/a",), secrets_digest=secrets_digest(b"K=v\n"))  # fmt: skip
+                 files=("/a",))  # fmt: skip
     assert parse(dumps(m)) == m
-    plain = Manifest(**{**{f: getattr(m, f) for f in m.__slots__}, "secrets_digest": None})  # type: ignore[arg-type]
-    assert "secrets_digest" not in dumps(plain) and parse(dumps(plain)) == plain
-    assert parse(dumps(m).replace('"secrets_digest"', '"secret_digest"')) is None, "unknown key"
-    assert not same_secrets("hmac-sha256:zz:00", b"K=v\n") and not same_secrets("md5:00:00", b"K=v\n")
+    assert parse(dumps(m).replace('"files"', '"secrets_digest":"hmac-sha256:00:11","files"')) == m, "older fleet's"
+    assert parse(dumps(m).replace('"files"', '"secret_digest":"x","files"')) is None, "unknown key"
