@@ -13,7 +13,7 @@ import sys
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Iterator, Sequence
 
 import click
 

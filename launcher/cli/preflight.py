@@ -9,7 +9,7 @@ check failed, 1 some check failed (each failure printed on stderr with its host 
 from __future__ import annotations
 
 import sys
-from typing import IO, TYPE_CHECKING, Callable, Sequence
+from typing import IO, TYPE_CHECKING, Sequence
 
 import click
 

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from launcher.config.patterns import select
 from launcher.config.recipes import Catalog
 from launcher.errors import ExitCode, FleetError, HostKeyError, PlanError, RemoteError, UnreachableError
 from launcher.execute.fanout import DEFAULT_FORKS, Connector, Failed, FanoutResult, Ok, Unreachable, run_all

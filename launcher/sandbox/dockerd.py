@@ -15,7 +15,6 @@ import os
 import shutil
 import socket
 import subprocess
-import time
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -105,19 +104,13 @@ def start(sandbox: str, host: HostState) -> procs.ProcRef:
 
 def wait_ready(host: HostState, deadline: float) -> None:
     """Polls ``/_ping`` and the daemon PID (a daemon that failed would otherwise be waited out)."""
-    assert host.dockerd is not None
-    while True:
-        if not host.dockerd.alive():
-            raise FleetError(f"{host.name}: dockerd exited: {_log_tail(host)}")
-        try:
-            status, _ = api(host.docker_socket, "GET", "/_ping", timeout=2.0)
-            if status == 200:
-                return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise FleetError(f"{host.name}: dockerd not ready: {_log_tail(host)}")
-        time.sleep(0.05)
+    daemon = host.dockerd
+    assert daemon is not None
+    procs.poll_until(
+        lambda: api(host.docker_socket, "GET", "/_ping", timeout=2.0)[0] == 200, deadline,
+        died=lambda: None if daemon.alive() else f"{host.name}: dockerd exited: {_log_tail(host)}",
+        late=lambda: f"{host.name}: dockerd not ready: {_log_tail(host)}",
+    )  # fmt: skip
 
 
 def tag(host: HostState, source: str, target: str) -> None:

@@ -370,18 +370,12 @@ def build_template(
     daemon = procs.ref(proc.pid)
     sock = str(work / "run/docker.sock")
     try:
-        deadline = time.monotonic() + dockerd.READY_TIMEOUT_S
-        while True:
-            if proc.poll() is not None:
-                raise FleetError(f"sandbox image: template dockerd exited, see {work}/dockerd.log")
-            try:
-                if dockerd.api(sock, "GET", "/_ping", timeout=2.0)[0] == 200:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise FleetError(f"sandbox image: template dockerd not ready, see {work}/dockerd.log")
-            time.sleep(0.05)
+        procs.poll_until(
+            lambda: dockerd.api(sock, "GET", "/_ping", timeout=2.0)[0] == 200,
+            time.monotonic() + dockerd.READY_TIMEOUT_S,
+            died=lambda: None if proc.poll() is None else f"sandbox image: template dockerd exited, see {work}/dockerd.log",
+            late=lambda: f"sandbox image: template dockerd not ready, see {work}/dockerd.log",
+        )  # fmt: skip
         for one_tar, name, one_changes in ((tar, image, changes), *extra):
             flags = tuple(x for c in one_changes for x in ("-c", c))
             imp = subprocess.run(

@@ -8,8 +8,11 @@ import os
 import signal
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import psutil
+
+from launcher.errors import FleetError
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,3 +83,22 @@ def kill_all(refs: tuple[ProcRef, ...], grace_s: float) -> None:
         r.signal(signal.SIGKILL)
     wait_gone(refs, 5.0)
 
+
+
+def poll_until(ready: Callable[[], bool], deadline: float, *, died: Callable[[], str | None],
+               late: Callable[[], str], step_s: float = 0.05) -> None:
+    """Polls ``ready`` (an ``OSError`` counts as not yet) until it is true.  Raises
+    :class:`FleetError` with ``died()`` as soon as that names a failure (a daemon that died would
+    otherwise be waited out), or with ``late()`` once ``deadline`` (``time.monotonic``) passed."""
+    while True:
+        why = died()
+        if why is not None:
+            raise FleetError(why)
+        try:
+            if ready():
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise FleetError(late())
+        time.sleep(step_s)

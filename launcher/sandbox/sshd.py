@@ -11,11 +11,9 @@ from __future__ import annotations
 import socket
 import sys
 import subprocess
-import time
 from importlib import resources
 from pathlib import Path
 
-from launcher.errors import FleetError
 from launcher.sandbox import procs
 from launcher.sandbox.state import HostState
 
@@ -86,18 +84,13 @@ def start(host: HostState, script: Path) -> procs.ProcRef:
 
 def wait_ready(host: HostState, deadline: float) -> None:
     """Waits until the host's sshd sends its banner; fails fast if the process died."""
-    assert host.sshd is not None
-    while True:
-        if not host.sshd.alive():
-            raise FleetError(f"{host.name}: sshd exited: {_log_tail(host)}")
-        try:
-            if banner(host.address, host.port):
-                return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise FleetError(f"{host.name}: sshd not answering on {host.address}:{host.port}")
-        time.sleep(0.03)
+    daemon = host.sshd
+    assert daemon is not None
+    procs.poll_until(
+        lambda: banner(host.address, host.port), deadline,
+        died=lambda: None if daemon.alive() else f"{host.name}: sshd exited: {_log_tail(host)}",
+        late=lambda: f"{host.name}: sshd not answering on {host.address}:{host.port}", step_s=0.03,
+    )  # fmt: skip
 
 
 def banner(address: str, port: int) -> bool:

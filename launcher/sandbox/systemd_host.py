@@ -280,18 +280,15 @@ def _wait_booted(h: HostState, deadline: float) -> None:
 def _wait_sshd(h: HostState, deadline: float) -> None:
     """Until the container's sshd (started by its systemd) sends its banner."""
     assert h.dockerd is not None
-    while True:
+
+    def exited() -> str | None:
         try:
             status, info = dockerd.api(h.docker_socket, "GET", f"/containers/{CONTAINER}/json", timeout=2.0)
         except OSError:
-            status, info = 0, None
+            return None
         if status == 200 and not info["State"]["Running"]:
-            raise FleetError(f"{h.name}: systemd host container exited ({info['State']['ExitCode']})")
-        try:
-            if sshd.banner(h.address, h.port):
-                return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise FleetError(f"{h.name}: sshd of the systemd host not answering on {h.address}:22")
-        time.sleep(0.05)
+            return f"{h.name}: systemd host container exited ({info['State']['ExitCode']})"
+        return None
+
+    procs.poll_until(lambda: sshd.banner(h.address, h.port), deadline, died=exited,
+                     late=lambda: f"{h.name}: sshd of the systemd host not answering on {h.address}:22")  # fmt: skip
