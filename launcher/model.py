@@ -30,6 +30,11 @@ Role = Literal[
 
 EMPTY: Mapping[str, str] = {}
 
+# A unit's stop grace: long enough for an engine to finish in-flight requests after SIGTERM
+# (SGLang and vLLM both drain on SIGTERM).  The planner checks engine drain timeouts against it;
+# render writes it into every stop command.
+STOP_TIMEOUT_S = 120
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Source:

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 from launcher import constraints, network
-from launcher.render import STOP_TIMEOUT_S
 from launcher.engines import ascend, flags, mooncake, router, sglang, vllm
 from launcher.engines.context import (
     BOOTSTRAP,
@@ -59,6 +58,7 @@ from launcher.model import (
     Recipe,
     Role,
     Source,
+    STOP_TIMEOUT_S,
     Unit,
 )
 

@@ -51,6 +51,7 @@ import jinja2
 
 from launcher import quoting
 from launcher.errors import PlanError
+from launcher.model import STOP_TIMEOUT_S as STOP_TIMEOUT_S  # re-exported: the deploy layer reads it here
 from launcher.model import ContainerSpec, Plan, Runtime, Unit
 
 FLEET_ROOT = "/etc/fleet"
@@ -60,9 +61,8 @@ ENV_PROGRAM = "/usr/bin/env"  # resolves a native unit's relative program on the
 SECRETS_FILE = "secrets.env"
 MANIFEST_FILE = "manifest.json"
 
-# Long enough for an engine to finish in-flight requests after SIGTERM (SGLang and vLLM both
-# drain on SIGTERM); systemd waits a little longer so its own SIGKILL never races docker's.
-STOP_TIMEOUT_S = 120
+# systemd waits a little longer than the stop grace (model.STOP_TIMEOUT_S) so its own SIGKILL
+# never races docker's.
 SYSTEMD_STOP_MARGIN_S = 30
 RESTART_SEC = 10
 

@@ -17,8 +17,9 @@ import launcher
 ROOT = Path(launcher.__file__).parent
 PYPROJECT = ROOT.parent / "pyproject.toml"
 # Code that ships in launcher/ but runs elsewhere, on its own interpreter: the stand-in engine
-# inside the sandbox image (imports its own ``standin`` package) and the hosts' scripts.
-ELSEWHERE = (ROOT / "sandbox" / "standin", ROOT / "hostscripts")
+# inside the sandbox image (imports its own ``standin`` package), the real-engine image's model
+# generator (torch, transformers: the image's own) and the hosts' scripts.
+ELSEWHERE = (ROOT / "sandbox" / "standin", ROOT / "sandbox" / "realengine" / "make_model.py", ROOT / "hostscripts")
 
 
 def _norm(name: str) -> str:
