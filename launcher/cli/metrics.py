@@ -42,6 +42,7 @@ def targets_command(
 ) -> None:  # fmt: skip
     """Write PLAYBOOKS' scrape targets into FILE (Prometheus file_sd_configs)."""
     targets = [load_target(pb, inventory_path, None, None) for pb in playbooks]  # every input checked first
+    sdfile.check(Path(output))
     with connector(known_hosts, trust_new_hosts) as conn:
         for target in targets:
             groups = publish(Path(output), target, conn.connect, forks)
