@@ -6,6 +6,8 @@ one cold start shared by the module's tests (in order):
    goes through the endpoint fleet planned for the unit;
 2. the stand-in's contract: the probes fleet uses (:mod:`tests.real_engine.contract`) see the
    same on the real engine and on the stand-in (launcher/sandbox/standin/server.py);
+   ``fleet top`` reads the real engine's load from its own metrics (running > 0 under a bounded
+   load, 0 after);
 3. SIGTERM, as fleet's stop sends it (``docker stop -t <grace>``), with streams in flight: with
    the playbook's ``--shutdown-timeout`` they finish whole and the engine exits by itself;
 4. ``down`` leaves no container, unit file (but prev/) or deploy lock, and nothing listens.
@@ -95,6 +97,57 @@ def test_standin_honours_the_real_engine_contract(sandbox_fleet: Sandbox, single
         proc.terminate()
         proc.wait(timeout=30)
     assert standin == real
+
+
+def _top(sb: Sandbox) -> dict[str, Any]:
+    rows = json.loads(ok(fleet(sb, "top", str(PLAYBOOK), "--once", "--json", "--interval", "1", timeout=120)).stdout)
+    (row,) = rows
+    assert row["unit"] == UNIT and row["kind"] == "vllm", row
+    return dict(row)
+
+
+def test_top_reads_the_real_engines_load(sandbox_fleet: Sandbox, single: dict[str, Any]) -> None:
+    """``fleet top --once --json`` over the real vLLM's own /metrics (read on h1 over SSH, in the
+    names of launcher/observe/names.py): requests running, tokens/s and KV use while a bounded load
+    (3 streams, each restarted as it ends, until top has read) runs; 0 running after it."""
+    sb = sandbox_fleet
+    base = endpoints(sb, PLAYBOOK)[UNIT]
+    stop = threading.Event()
+    failures: list[Any] = []
+
+    def load() -> None:
+        while not stop.is_set():
+            try:
+                contract.stream_events(base, MODEL, STREAM_TOKENS)
+            except OSError as err:
+                failures.append(err)
+                return
+
+    threads = [threading.Thread(target=load) for _ in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        deadline = time.monotonic() + 60
+        while (inflight(DirectHttp(), base) or 0) < 3:
+            assert time.monotonic() < deadline, "the streams never showed in the engine's counter"
+            time.sleep(0.02)
+        busy = _top(sb)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=120)
+    print(f"fleet top on the real vLLM under load: {busy}")
+    assert failures == []
+    assert (busy["state"], busy["health"], busy["generation"]) == ("running", "ok", 1), busy
+    assert busy["running"] is not None and busy["running"] > 0, busy
+    assert busy["tokens_per_s"] is not None and busy["tokens_per_s"] > 0, busy
+    assert busy["kv_usage"] is not None and busy["kv_usage"] > 0, busy
+    deadline = time.monotonic() + 60
+    idle = _top(sb)
+    while idle["running"] != 0 or idle["waiting"] != 0:
+        assert time.monotonic() < deadline, idle
+        idle = _top(sb)
+    assert idle["error"] == "", idle
 
 
 def test_sigterm_lets_streams_in_flight_finish(sandbox_fleet: Sandbox, single: dict[str, Any]) -> None:
