@@ -7,9 +7,11 @@ deployment's own real sglang-router on h5 (``rolling-router.yaml`` as deployment
   data dir, stopped by its PID) reports all 5 targets up with fleet's labels.
 - ``fleet top --once --json`` reports requests running while a bounded load runs through the
   router, and 0 everywhere after it; ``fleet top`` refreshes until Ctrl-C and then exits 0.
+- Every query of dashboards/fleet.json runs on that Prometheus and finds the deployment's series.
 - A rolling ``fleet up`` of generation 2 rewrites the file after each batch (a mixed-generation
   file is seen mid-rollout) and Prometheus, the same process, follows to generation 2 with every
-  target up.  ``fleet down`` empties the deployment's targets and Prometheus drops them.
+  target up; the dashboard's rollout annotation marks generation 2 of every engine group.
+  ``fleet down`` empties the deployment's targets and Prometheus drops them.
 
 Run (root, ~3 min): ``FLEET_SANDBOX_NAME=obs1 python -m pytest -x -q tests/observe/test_sandbox_prometheus.py``
 """
@@ -195,6 +197,30 @@ def test_top_reports_running_requests_under_load_and_none_after(deployed: Setup)
         assert time.monotonic() < deadline, readings
 
 
+DASHBOARD = Path(__file__).resolve().parents[2] / "dashboards" / "fleet.json"
+
+
+def _dashboard_exprs() -> tuple[list[tuple[str, str]], str]:
+    """(panel title, expr) of every panel query, and the rollout annotation's expr, for sb-obs."""
+    doc = json.loads(DASHBOARD.read_text())
+    panels = [(p["title"], t["expr"].replace("$deployment", DEPLOYMENT)) for p in doc["panels"] for t in p["targets"]]
+    (ann,) = [a["expr"].replace("$deployment", DEPLOYMENT) for a in doc["annotations"]["list"] if "expr" in a]
+    return panels, ann
+
+
+def test_every_dashboard_query_runs_on_prometheus_and_finds_the_deployment(deployed: Setup) -> None:
+    """Prometheus's own PromQL parser accepts every query of dashboards/fleet.json and each finds
+    series of the sandbox deployment (after the load above: the histograms have counts)."""
+    _, _, _, prom = deployed
+    panels, _ = _dashboard_exprs()
+    empty = []
+    for title, expr in panels:
+        result = prom.api("query", query=expr)["result"]  # a query Prometheus cannot parse fails here
+        if not result:
+            empty.append(title)
+    assert empty == [], f"no series for: {empty}"
+
+
 def test_top_live_view_refreshes_until_ctrl_c_and_exits_0(deployed: Setup, tmp_path: Path) -> None:
     from tests.cli_process import CliProcess
 
@@ -227,6 +253,7 @@ def test_rolling_up_moves_the_targets_to_the_new_generation_without_a_prometheus
             time.sleep(0.05)
 
     watcher = threading.Thread(target=watch)
+    began = time.time()
     watcher.start()
     try:
         ok(fleet(sb, "up", _playbook(tmp, 2, targets), "--skip-preflight", "--quiet"))
@@ -243,6 +270,16 @@ def test_rolling_up_moves_the_targets_to_the_new_generation_without_a_prometheus
         return found if ok_ and sorted(t["labels"]["generation"] for t in engines) == ["2"] * 4 else None
 
     wait_for("prometheus: the engines' targets on generation 2, all up", followed, 60)
+    # the dashboard's rollout annotation, evaluated over the rollout as Grafana does (a range
+    # query), marks the new generation of every engine group
+    _, annotation = _dashboard_exprs()
+
+    def marked() -> set[str] | None:
+        found = prom.api("query_range", query=annotation, start=f"{began:.0f}", end=f"{time.time():.0f}", step="2")
+        groups = {r["metric"]["group"] for r in found["result"] if r["metric"]["generation"] == "2"}
+        return groups if groups >= {f"{DEPLOYMENT}/single{i}" for i in range(4)} else None
+
+    wait_for("the rollout annotation marking generation 2 of every engine group", marked, 30)
     assert prom.proc.poll() is None and prom.proc.pid == pid  # the same Prometheus, never restarted
 
 
