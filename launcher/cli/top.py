@@ -20,6 +20,7 @@ from launcher.cli.common import connector, ssh_options
 from launcher.deploy.session import Target
 from launcher.execute.ssh import SshConnector
 from launcher.deploy.status import status
+from launcher.errors import UsageError
 from launcher.observe.names import Kind
 from launcher.observe.targets import Endpoint, endpoints
 from launcher.observe.top import Row, Sample, rows, sample
@@ -41,6 +42,8 @@ def top_command(
     interval: float, once: bool, as_json: bool,
 ) -> None:  # fmt: skip
     """Live load of PLAYBOOK's units from their own metrics."""
+    if as_json and not once:
+        raise UsageError("fleet top: --json prints one reading: use it with --once")
     dep = load_deployment(playbook, inventory_path)
     target = target_of(dep)
     recipe = dep.inputs.catalog.get(dep.plan.recipe)
@@ -65,6 +68,8 @@ def top_command(
 
 
 class _Reader:
+    """One deployment's readings: metrics from the hosts, rows joined with ``fleet status``."""
+
     def __init__(self, target: Target, eps: Sequence[Endpoint], versions: dict[str, str | None],
                  connector: SshConnector, forks: int) -> None:  # fmt: skip
         self.target, self.eps, self.versions, self.connector, self.forks = target, eps, versions, connector, forks

@@ -73,3 +73,8 @@ def test_targets_path_flag_first_then_the_playbook_relative_to_its_directory(tmp
     assert targets_path(with_file, None) == tmp_path / "pbs" / "sd" / "fleet.json"
     assert targets_path(replace(pb, metrics=Metrics(targets_file="/srv/sd.json")), None) == Path("/srv/sd.json")
     assert targets_path(with_file, "other.json") == Path("other.json")
+
+
+def test_top_json_needs_once(inventory: str) -> None:
+    proc = run("top", str(SINGLE), "-i", inventory, "--json")
+    assert (proc.returncode, proc.stderr) == (2, "fleet: error: fleet top: --json prints one reading: use it with --once\n")
