@@ -14,6 +14,7 @@ import base64
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
+from launcher import hostscripts
 from launcher.deploy.manifest import MANIFEST
 from launcher.deploy.remote import STEP_TIMEOUT_S, check, failure, sh
 from launcher.errors import RemoteError
@@ -130,13 +131,7 @@ def liveness_from(result: Result, runtime: Runtime, names: Sequence[str]) -> dic
 # ---------------------------------------------------------------------------------------------
 # health
 
-_PROBE = (
-    'if command -v curl >/dev/null 2>&1; then exec curl -fsS -o /dev/null -m "$2" "$1"; '
-    'elif command -v wget >/dev/null 2>&1; then exec wget -q -O /dev/null -T "$2" "$1"; '
-    "elif command -v python3 >/dev/null 2>&1; then exec python3 -c "
-    '"import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=float(sys.argv[2]))" "$1" "$2"; '
-    'else echo "none of curl, wget, python3 on this host to probe $1" >&2; exit 127; fi'
-)
+_PROBE = hostscripts.text("http-probe.sh")
 
 
 def probe_argv(url: str, timeout_s: int = 5) -> tuple[str, ...]:
@@ -266,11 +261,7 @@ def _ns(stamp: str) -> str:
 # ---------------------------------------------------------------------------------------------
 # files
 
-_ROTATE = (
-    'd=$1; shift; rm -rf "$d/prev" && mkdir -p "$d" && mkdir -m 0700 "$d/prev" || exit 1; '
-    'for f in "$@"; do [ -f "$f" ] || continue; mkdir -p "$d/prev$(dirname "$f")" && cp -p "$f" "$d/prev$f" || exit 1; done; '
-    'if [ -f "$d/manifest.json" ]; then mv "$d/manifest.json" "$d/prev/manifest.json"; fi'
-)
+_ROTATE = hostscripts.text("rotate-prev.sh")
 _REMOVE = 'for f in "$@"; do rm -f "$f" || exit 1; done'
 
 

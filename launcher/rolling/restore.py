@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from launcher import hostscripts
 from launcher.deploy.desired import Desired
 from launcher.deploy.manifest import MANIFEST, Manifest, parse
 from launcher.deploy.remote import check, sh
@@ -24,27 +25,7 @@ NEXT = "next"
 
 _READ_PREV = 'if [ -f "$1/prev/manifest.json" ]; then cat "$1/prev/manifest.json"; fi; true'
 
-# $1 unit dir, $2 count of current files, then the current files, then the previous ones.
-_SWAP = (
-    'd=$1; n=$2; shift 2; '
-    '[ -f "$d/prev/manifest.json" ] || { echo "no previous generation kept in $d/prev" >&2; exit 3; }; '
-    'rm -rf "$d/next" && mkdir -m 0700 "$d/next" || exit 1; '
-    'i=0; '
-    'for f in "$@"; do i=$((i+1)); '
-    '  if [ "$i" -le "$n" ]; then '
-    '    if [ -f "$f" ]; then mkdir -p "$d/next$(dirname "$f")" && cp -p "$f" "$d/next$f" || exit 1; fi; '
-    '  else '
-    '    if [ -f "$d/prev$f" ]; then mkdir -p "$(dirname "$f")" && cp -p "$d/prev$f" "$f" || exit 1; fi; '
-    '  fi; '
-    'done; '
-    'if [ -f "$d/manifest.json" ]; then mv "$d/manifest.json" "$d/next/manifest.json"; fi; '
-    'cp -p "$d/prev/manifest.json" "$d/manifest.json" || exit 1; '
-    'i=0; for f in "$@"; do i=$((i+1)); [ "$i" -le "$n" ] || break; keep=0; j=0; '
-    '  for g in "$@"; do j=$((j+1)); [ "$j" -gt "$n" ] && [ "$g" = "$f" ] && keep=1; done; '
-    '  [ "$keep" = 1 ] || rm -f "$f"; '
-    'done; '
-    'rm -rf "$d/prev" && mv "$d/next" "$d/prev"'
-)
+_SWAP = hostscripts.text("swap-prev.sh")
 
 
 def kept(files: Sequence[str]) -> list[str]:

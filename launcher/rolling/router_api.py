@@ -29,6 +29,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping, Protocol
 
+from launcher import hostscripts
 from launcher.deploy.remote import sh
 from launcher.errors import FleetError
 from launcher.execute.transport import Transport
@@ -64,24 +65,7 @@ class DirectHttp:
             return 0, str(getattr(err, "reason", err))
 
 
-# curl, else python3: prints the body, then the status code on a line of its own.
-_REQUEST = (
-    'm=$1; u=$2; b=$3; t=$4; '
-    'if command -v curl >/dev/null 2>&1; then '
-    'if [ -n "$b" ]; then exec curl -sS -m "$t" -X "$m" -H "Content-Type: application/json" --data-binary "$b" -w "\\n%{http_code}" "$u"; '
-    'else exec curl -sS -m "$t" -X "$m" -w "\\n%{http_code}" "$u"; fi; '
-    'elif command -v python3 >/dev/null 2>&1; then exec python3 -c "'
-    "import sys, urllib.request, urllib.error\n"
-    "m, u, b, t = sys.argv[1:5]\n"
-    "r = urllib.request.Request(u, data=b.encode() if b else None, method=m, headers={'Content-Type': 'application/json'})\n"
-    "try:\n"
-    "    x = urllib.request.urlopen(r, timeout=float(t)); c, d = x.status, x.read()\n"
-    "except urllib.error.HTTPError as e:\n"
-    "    c, d = e.code, e.read()\n"
-    "sys.stdout.write(d.decode(errors='replace') + '\\n' + str(c))\n"
-    '" "$m" "$u" "$b" "$t"; '
-    'else echo "none of curl, python3 on this host" >&2; exit 127; fi'
-)
+_REQUEST = hostscripts.text("http-request.sh")
 
 
 class HostHttp:
