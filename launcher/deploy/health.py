@@ -31,7 +31,7 @@ from typing import Callable, Mapping, Sequence
 from launcher.deploy.desired import Desired
 from launcher.deploy.fan import each
 from launcher.deploy.remote import STEP_TIMEOUT_S, show
-from launcher.deploy.steps import Liveness, failure_lines, failure_logs_argv
+from launcher.deploy.steps import FAILURE_LINES_READ, Liveness, failure_lines, failure_logs_argv
 from launcher.deploy.wait import Seen, run_wait
 from launcher.errors import FleetError
 from launcher.execute.transport import Transport
@@ -169,7 +169,7 @@ def _with_logs(
     d = err.desired
     seen = observed[d.host]
     restarted = isinstance(seen, Seen) and seen.live[d.name].restarts > 0
-    result = transports[d.host].run(failure_logs_argv(d.unit.runtime, d.name, 20), timeout=STEP_TIMEOUT_S)
+    result = transports[d.host].run(failure_logs_argv(d.unit.runtime, d.name, FAILURE_LINES_READ), timeout=STEP_TIMEOUT_S)
     lines, last = failure_lines(d.unit.runtime, result.stdout_text, restarted)
     message = f"{err}: {last}" if last else str(err)
     return Verdict(error=HealthError(message), detail="\n".join(lines), culprit=(d.host, d.name))

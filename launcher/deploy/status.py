@@ -3,11 +3,15 @@
 Contract: nothing is written and no lock is taken.  Unknown host keys still refuse (nothing is
 sent to a host we cannot authenticate); an unreachable host shows as ``unreachable`` rows.
 Drift compares the files on the host with what would be rendered now (the secrets file is not
-compared: status never resolves secrets).
+compared: status never resolves secrets).  A multi-node group is only as healthy as its ranks:
+when one rank is not running or was restarted by the runtime (a rank cannot rejoin a formed
+vLLM/SGLang group; measured with the real vLLM: rank 0 keeps answering /health while the
+restarted rank 1 hangs), every rank of it that answers its health check reads ``failing``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from dataclasses import dataclass
@@ -52,7 +56,16 @@ def status(target: Target, connect: Connect, forks: int = 8) -> tuple[UnitStatus
         else:
             assert isinstance(res, list)
             rows += res
-    return tuple(rows)
+    return group_verdicts(rows)
+
+
+def group_verdicts(rows: list[UnitStatus]) -> tuple[UnitStatus, ...]:
+    """The rows with every answering rank of a broken multi-node group marked ``failing``."""
+    members: dict[str, list[UnitStatus]] = {}
+    for r in rows:
+        members.setdefault(r.group, []).append(r)
+    broken = {g for g, rs in members.items() if len(rs) > 1 and any(r.state != "running" or r.restarts for r in rs)}
+    return tuple(dataclasses.replace(r, health="failing") if r.group in broken and r.health == "ok" else r for r in rows)
 
 
 def _row(d: Desired, **kw: object) -> UnitStatus:

@@ -11,6 +11,7 @@ health probes.
 from __future__ import annotations
 
 import base64
+import re
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
@@ -232,7 +233,10 @@ def failure_lines(runtime: Runtime, out: str, restarted: bool) -> tuple[list[str
     last line stamped before the current run started.  systemd: the last line before systemd's
     last "Main process exited" line, restarted or not -- a real journal ends every dead run with
     systemd's own lines ("Main process exited", "Failed with result 'exit-code'"), which name no
-    cause.
+    cause.  When that run logged Python exceptions, the first one wins, without its logger
+    prefix: the real vLLM ends a failed start with "Exception: WorkerProc initialization failed
+    ... See stack trace for root cause." after the worker's own traceback, whose exception
+    ("RuntimeError: ... Unable to find address for: ens9") names the cause.
     """
     started = ""
     if runtime == "docker":
@@ -247,8 +251,17 @@ def failure_lines(runtime: Runtime, out: str, restarted: bool) -> tuple[list[str
     elif runtime == "systemd":
         ends = [i for i, (_, text) in enumerate(entries) if _SYSTEMD_EXITED in text]
         died = entries[: ends[-1]] if ends and ends[-1] > 0 else entries
-    last = next((text.strip() for _, text in reversed(died) if text.strip()), "")
-    return lines, last
+    cause = next((m.group(1) for _, text in died if (m := _EXCEPTION.match(text))), "")
+    last = cause or next((text.strip() for _, text in reversed(died) if text.strip()), "")
+    return lines[-FAILURE_LINES_SHOWN:], last
+
+
+FAILURE_LINES_SHOWN = 20  # of the FAILURE_LINES_READ the failure's detail shows
+FAILURE_LINES_READ = 400  # an engine's root-cause traceback can sit far above its last line
+# A Python exception's closing line, after an optional logger prefix such as vLLM's
+# "(Worker pid=20) ERROR 12-01 15:42:16 [file.py:123] ".
+_EXCEPTION = re.compile(r"^(?:\(\w+ pid=\d+\) \w+ [\d-]+ [\d:.]+ \[[^\]]*\] )?"
+                        r"((?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*(?:Error|Exception)|Exception): .+)$")  # fmt: skip
 
 
 def _ns(stamp: str) -> str:

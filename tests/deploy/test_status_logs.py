@@ -7,7 +7,7 @@ from typing import Mapping, Sequence
 
 import pytest
 
-from launcher.deploy.status import logs, status
+from launcher.deploy.status import UnitStatus, group_verdicts, logs, status
 from launcher.errors import UnreachableError
 from launcher.execute.command import Command, Token
 from launcher.execute.transport import Result
@@ -113,3 +113,20 @@ def test_status_lists_hosts_in_inventory_order() -> None:
 
     rows = status(target(plan, hosts=names), unreachable)
     assert [r.host for r in rows] == list(names)
+
+
+def _row(unit: str, group: str, state: str = "running", health: str = "ok", restarts: int = 0) -> UnitStatus:
+    return UnitStatus(host="h", unit=unit, role="rank", rank=0, group=group, state=state, health=health,
+                      generation=1, drift="none", restarts=restarts)  # fmt: skip
+
+
+def test_a_multinode_group_is_as_healthy_as_its_ranks() -> None:
+    """Seen with the real vLLM: rank 1 killed and restarted by docker, rank 0 still answers /health."""
+    rows = [_row("pp-r0", "d/pp"), _row("pp-r1", "d/pp", health="-", restarts=1),
+            _row("ok-r0", "d/ok"), _row("ok-r1", "d/ok", health="-"),
+            _row("single", "d/single", restarts=2)]  # fmt: skip
+    assert [(r.unit, r.health) for r in group_verdicts(rows)] == [
+        ("pp-r0", "failing"), ("pp-r1", "-"), ("ok-r0", "ok"), ("ok-r1", "-"), ("single", "ok"),
+    ]  # fmt: skip
+    exited = [_row("pp-r0", "d/pp"), _row("pp-r1", "d/pp", state="exited", health="-")]
+    assert group_verdicts(exited)[0].health == "failing"

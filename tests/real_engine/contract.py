@@ -20,7 +20,7 @@ from typing import Any
 
 from launcher.rolling.router_api import DirectHttp, inflight
 
-STREAM_TOKENS = 120
+STREAM_TOKENS = 480  # long enough to be seen in flight by a poll (~2 s at ~250 tokens/s)
 
 
 def _post(base: str, body: dict[str, Any], timeout: float = 120.0) -> bytes:

@@ -1,0 +1,33 @@
+"""The line fleet's start error quotes from a unit that died (``steps.failure_lines``)."""
+
+from __future__ import annotations
+
+from launcher.deploy.steps import FAILURE_LINES_SHOWN, failure_lines
+
+STARTED = "2026-12-01T15:42:30.000000000Z"
+
+
+def _log(*texts: str) -> str:
+    return STARTED + "\n" + "".join(f"2026-12-01T15:42:{10 + i:02d}.5Z {t}\n" for i, t in enumerate(texts))
+
+
+def test_the_first_exception_of_the_run_names_the_cause() -> None:
+    """The real vLLM's failed multi-node start (seen with a wrong GLOO_SOCKET_IFNAME): the worker's
+    traceback ends with the cause, the engine's later one only says where to look."""
+    out = _log(
+        "(Worker pid=20) ERROR 12-01 15:42:16 [multiproc_executor.py:1063] Traceback (most recent call last):",
+        "(Worker pid=20) ERROR 12-01 15:42:16 [multiproc_executor.py:1063] RuntimeError: [enforce fail at "
+        "../gloo/transport/tcp/device.cc:84] ifa != nullptr. Unable to find address for: ens9",
+        "Traceback (most recent call last):",
+        "Exception: WorkerProc initialization failed due to an exception in a background process. See stack trace for root cause.",
+    )  # fmt: skip
+    lines, cause = failure_lines("docker", out, restarted=False)
+    assert cause == "RuntimeError: [enforce fail at ../gloo/transport/tcp/device.cc:84] ifa != nullptr. Unable to find address for: ens9"
+    assert lines[-1].startswith("Exception: WorkerProc")
+
+
+def test_without_an_exception_the_last_line_and_only_the_tail_is_shown() -> None:
+    out = _log(*(f"line {i}" for i in range(30)), "Error: No such container: x", "FATAL: rendezvous with rank 0 failed")
+    lines, cause = failure_lines("docker", out, restarted=False)
+    assert cause == "FATAL: rendezvous with rank 0 failed"
+    assert len(lines) == FAILURE_LINES_SHOWN
