@@ -366,10 +366,23 @@ class Overrides:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class BenchGate:
+    """``rollout.bench_gate``: each rolling batch must bench within ``threshold_pct`` of the
+    previous generation (goodput and TTFT p50) or it goes back (launcher/bench/gate.py)."""
+
+    shape: str | None = None  # None: the playbook's first bench shape, else 8k+1k (bench.scale applies)
+    concurrency: int = 2
+    requests: int = 16
+    threshold_pct: float = 10.0
+    source: Source = UNKNOWN_SOURCE
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Rollout:
     strategy: Literal["all-at-once", "rolling"] = "all-at-once"
     max_unavailable: int = 1
     drain_timeout_s: int = 120
+    bench_gate: BenchGate | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

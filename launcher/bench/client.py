@@ -35,7 +35,7 @@ class LevelSpec:
     """One client run: ``concurrency`` requests kept in flight, at most ``requests`` sent, none
     started after ``duration_s``."""
 
-    url: str  # the endpoint's base URL
+    urls: tuple[str, ...]  # base URLs, requests spread round-robin (one: the deployment's endpoint)
     model: str
     tokenizer: str  # HF id or local directory
     shape: Shape
@@ -44,6 +44,7 @@ class LevelSpec:
     requests: int
     duration_s: float
     timeout_s: float  # one request's limit
+    warmup: int = 0  # requests sent (and not counted) first: a freshly started engine's warm-up
 
 
 def aiperf_path() -> str:
@@ -62,7 +63,8 @@ def aiperf_argv(exe: str, spec: LevelSpec, artifacts: Path) -> tuple[str, ...]:
     ``inter_token_latency``), summary export only, no live UI."""
     goodput = f"time_to_first_token:{spec.slo.ttft_ms:g} inter_token_latency:{spec.slo.tpot_ms:g}"
     return (
-        exe, "profile", "--model", spec.model, "--url", spec.url, "--endpoint-type", "completions",
+        exe, "profile", "--model", spec.model, *(a for u in spec.urls for a in ("--url", u)),
+        "--url-strategy", "round_robin", "--endpoint-type", "completions",
         "--streaming", "--tokenizer", tokenizer_path(spec.tokenizer),
         "--prompt-input-tokens-mean", str(spec.shape.input_len), "--prompt-input-tokens-stddev", "0",
         "--prompt-output-tokens-mean", str(spec.shape.output_len), "--prompt-output-tokens-stddev", "0",
@@ -71,6 +73,7 @@ def aiperf_argv(exe: str, spec: LevelSpec, artifacts: Path) -> tuple[str, ...]:
         "--benchmark-grace-period", f"{GRACE_S:g}", "--request-timeout-seconds", f"{spec.timeout_s:g}",
         "--goodput", goodput, "--random-seed", "42", "--artifact-dir", str(artifacts),
         "--ui-type", "none", "--no-server-metrics", "--no-gpu-telemetry",
+        *(("--warmup-request-count", str(spec.warmup)) if spec.warmup else ()),
     )  # fmt: skip
 
 

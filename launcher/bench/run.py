@@ -20,7 +20,8 @@ from launcher.bench.results import Level, Run, level_from_aiperf
 from launcher.bench.spec import Shape, Slo
 from launcher.deploy.status import UnitStatus
 from launcher.errors import NotServingError
-from launcher.model import Unit
+from launcher.bench.client import WORDS_TOKENIZER
+from launcher.model import Playbook, Recipe, Unit
 
 ENGINE_ROLES = ("single", "rank", "prefill", "decode")
 PROBE_TIMEOUT_S = 5.0
@@ -39,6 +40,23 @@ class Sweep:
     requests: int | None  # per level; None = 4 x concurrency, at least 8
     duration_s: float  # per level: no request starts after this
     timeout_s: float  # one request's limit
+
+
+def model_name(recipe: Recipe) -> str:
+    """The model name requests carry: the served name, else the model."""
+    return recipe.served_model_name or recipe.model
+
+
+def tokenizer_of(flag: str | None, playbook: Playbook, recipe: Recipe) -> str:
+    """``--tokenizer``, else the playbook's ``bench.tokenizer``, else the recipe's model."""
+    return flag or playbook.bench.tokenizer or recipe.model
+
+
+def needs_hub(tokenizer: str) -> bool:
+    """The tokenizer comes from a model hub (not fleet's, not a local directory)."""
+    from pathlib import Path
+
+    return tokenizer != WORDS_TOKENIZER and not Path(tokenizer).is_dir()
 
 
 def refuse_unhealthy(deployment: str, rows: Sequence[UnitStatus]) -> None:
@@ -87,7 +105,7 @@ def sweep_levels(
     client = "aiperf"
     for c in sweep.concurrency:
         spec = LevelSpec(
-            url=sweep.url, model=sweep.model, tokenizer=sweep.tokenizer, shape=sweep.shape, slo=sweep.slo,
+            urls=(sweep.url,), model=sweep.model, tokenizer=sweep.tokenizer, shape=sweep.shape, slo=sweep.slo,
             concurrency=c, requests=requests_for(sweep, c), duration_s=sweep.duration_s, timeout_s=sweep.timeout_s,
         )  # fmt: skip
         doc = run_level(spec, artifacts / f"c{c}", secrets)

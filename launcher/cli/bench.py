@@ -18,7 +18,8 @@ from launcher.bench import report, store
 from launcher.bench.client import WORDS_TOKENIZER
 from launcher.bench.results import Level, Run, to_json
 from launcher.bench.run import (
-    ENGINE_ROLES, Sweep, assemble, check_endpoint, engine_gpus, generation, refuse_unhealthy, sweep_levels, utc_now,
+    ENGINE_ROLES, Sweep, assemble, check_endpoint, engine_gpus, generation, model_name, needs_hub, refuse_unhealthy,
+    sweep_levels, tokenizer_of, utc_now,
 )  # fmt: skip
 from launcher.bench.spec import (
     CATALOG_SHAPES, DEFAULT_CONCURRENCY, Shape, Slo, default_slo, parse_concurrency, parse_shape, parse_slo,
@@ -106,9 +107,8 @@ def run_command(
     factor = scale if scale is not None else pb.bench.scale
     the_shapes = tuple(s.scaled(factor) for s in _shapes(shapes, pb))
     levels = levels_flag or pb.bench.concurrency or DEFAULT_CONCURRENCY
-    tok = tokenizer or pb.bench.tokenizer or recipe.model
-    hub = tok != WORDS_TOKENIZER and not Path(tok).is_dir()
-    wanted = tuple(s for s in pb.secrets if s.name == "HF_TOKEN") if hub else ()
+    tok = tokenizer_of(tokenizer, pb, recipe)
+    wanted = tuple(s for s in pb.secrets if s.name == "HF_TOKEN") if needs_hub(tok) else ()
     secret_values = resolve(wanted, secrets) if wanted else {}
     dep = deployment(inputs)
     target = target_of(dep)
@@ -129,7 +129,7 @@ def run_command(
     out = Path(out_dir) if out_dir else None
     runs: list[Run] = []
     for shape in the_shapes:
-        sweep = Sweep(url=url, model=recipe.served_model_name or recipe.model, tokenizer=tok, shape=shape,
+        sweep = Sweep(url=url, model=model_name(recipe), tokenizer=tok, shape=shape,
                       slo=the_slo, concurrency=levels, requests=requests, duration_s=duration_s, timeout_s=timeout_s)  # fmt: skip
         click.echo(f"bench {target.deployment} gen {gen if gen is not None else '-'}: {shape.label} "
                    f"({shape.input_len}+{shape.output_len} tokens) at concurrency {','.join(map(str, levels))} "

@@ -26,7 +26,7 @@ from launcher.deploy.orchestrate import Options, Report
 from launcher.deploy.session import Target
 from launcher.deploy.secrets import resolve
 from launcher.deploy.status import UnitStatus, logs, status
-from launcher.errors import ExitCode, FleetError
+from launcher.errors import ExitCode, FleetError, UsageError
 from launcher.output import LinesProgress, dumps, print_table, table
 from launcher.pipeline import deployment, load_inputs, load_target, target_of, unlocked_by
 
@@ -81,16 +81,20 @@ def _print_report(report: Report, as_json: bool) -> None:
 @click.option("--router", "router_urls", multiple=True, metavar="URL",
               help="Routers serving this deployment (rolling rollouts drain groups out of them).")
 @targets_file_option
+@click.option("--bench-gate", is_flag=True,
+              help="Rolling rollouts: each batch must bench as well as the previous generation (rollout.bench_gate's defaults when the playbook has none).")
 def up_command(
     playbook: str, inventory_path: str, forks: int, trust_new_hosts: bool, known_hosts: tuple[str, ...],
     limit_pattern: str | None, check: bool, diff: bool, timeout_s: float | None, as_json: bool, quiet: bool,
     break_lock: bool, secrets: tuple[str, ...], skip_preflight: bool, router_urls: tuple[str, ...],
-    targets_file: str | None,
+    targets_file: str | None, bench_gate: bool,
 ) -> None:  # fmt: skip
     """Bring PLAYBOOK's units up (idempotent: unchanged units are left alone).  The cheap
     preflight checks run first (facts, GPUs, HCAs, GIDs, reachability, weights, ports) and stop
     the deploy before anything starts when one fails; --skip-preflight opts out."""
     inputs = load_inputs(playbook, inventory_path)
+    if bench_gate and inputs.playbook.rollout.strategy != "rolling":
+        raise UsageError("--bench-gate gates the batches of a rolling rollout: the playbook needs rollout.strategy: rolling")
     secret_values = resolve(inputs.playbook.secrets, secrets)  # a missing secret stops us before any host
     rolling = not check and inputs.playbook.rollout.strategy == "rolling"
     options = Options(forks=forks, check=check, diff=diff, timeout_s=timeout_s, break_lock=break_lock)
@@ -113,7 +117,7 @@ def up_command(
 
             code = run_rolling_up(inputs.playbook, target, connector.connect, shown, forks=forks,
                                   timeout_s=timeout_s, break_lock=break_lock, as_json=as_json,
-                                  router_urls=router_urls, targets=hook)  # fmt: skip
+                                  router_urls=router_urls, targets=hook, bench_gate=bench_gate)  # fmt: skip
             sys.exit(code)
         report = orchestrate.up(target, connector.connect, options, shown)
     _print_report(report, as_json)

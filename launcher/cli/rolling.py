@@ -230,14 +230,22 @@ def run_rolling_up(
     as_json: bool,
     router_urls: Sequence[str] = (),
     targets: TargetsHook | None = None,
+    bench_gate: bool = False,
 ) -> int:
     """``fleet up`` of a rolling playbook (see :func:`launcher.rolling.roll.up_rolling`): prints
     the rollout report and returns the exit code.  ``targets``: rewritten after each batch and
-    at the end."""
+    at the end.  ``bench_gate``: gate each batch on a short bench even when the playbook sets
+    no ``rollout.bench_gate``."""
+    from dataclasses import replace
+
+    from launcher.bench.gate import gate_for
+
     options = rolling_options(
         playbook, rolling=True, max_unavailable=None, drain_timeout_s=None, forks=forks, timeout_s=timeout_s,
         break_lock=break_lock, after_batch=targets,
     )  # fmt: skip
+    if playbook.rollout.bench_gate is not None or bench_gate:
+        options = replace(options, gate=gate_for(playbook, target.deployment, target.secrets))
     report = up_rolling(target, connect, _routers(drain_router_urls(router_urls, target)), options, progress)
     print_roll_report(report, as_json)
     return after_change(targets, int(report.exit_code))

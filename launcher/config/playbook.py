@@ -121,6 +121,17 @@ def _check_bench(playbook: Playbook, node: Map) -> None:
             raise InputError(_at(node, f"bench/concurrency/{i}").source, f"should be 1 to {MAX_CONCURRENCY}", f"bench/concurrency/{i}")
     if not bench.scale > 0:
         raise InputError(_at(node, "bench/scale").source, "should be a positive number", "bench/scale")
+    gate = playbook.rollout.bench_gate
+    if gate is not None:
+        if gate.shape is not None:
+            parse_shape(gate.shape, _at(node, "rollout/bench_gate/shape").source, "rollout/bench_gate/shape")
+        for key, value, low in (("concurrency", gate.concurrency, 1), ("requests", gate.requests, 1)):
+            if not low <= value <= MAX_CONCURRENCY:
+                raise InputError(_at(node, f"rollout/bench_gate/{key}").source, f"should be 1 to {MAX_CONCURRENCY}",
+                                 f"rollout/bench_gate/{key}")  # fmt: skip
+        if not 0 < gate.threshold_pct < 100:
+            raise InputError(_at(node, "rollout/bench_gate/threshold_pct").source, "should be between 0 and 100 (percent)",
+                             "rollout/bench_gate/threshold_pct")  # fmt: skip
 
 
 def _key_source(node: Map, parent: str, key: str) -> Node:

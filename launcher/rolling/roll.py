@@ -24,7 +24,7 @@ happened to every group; errors are one line each.  HTTP to engines goes from th
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Callable, Literal, Mapping, Sequence
+from typing import Callable, Literal, Mapping, Protocol, Sequence
 
 from launcher.deploy import orchestrate
 from launcher.deploy.desired import Desired, step_of
@@ -46,6 +46,20 @@ Action = Literal["restart", "rollback"]
 GroupOutcome = Literal["restarted", "rolled-back", "unchanged", "failed", "restored", "skipped", "not-reached", "retired"]
 
 
+class BatchGate(Protocol):
+    """A check each batch's new generation must pass before it serves again (the bench gate,
+    :mod:`launcher.bench.gate`).  ``before``: the first batch to restart, drained and out of its
+    routers, still on the previous generation; a FleetError leaves it as it was and halts.
+    ``after``: that batch's groups healthy on the new generation, still out of their routers;
+    a reason (one line) sends them back to the previous generation and halts."""
+
+    notes: list[str]
+
+    def before(self, urls: Sequence[str]) -> None: ...
+
+    def after(self, urls: Sequence[str]) -> str | None: ...
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RollOptions:
     max_unavailable: str | int = 1
@@ -61,6 +75,7 @@ class RollOptions:
     # Called after each batch (healthy or not): e.g. rewrite the Prometheus targets so they follow
     # the rollout.  Must not raise.
     after_batch: Callable[[], None] | None = None
+    gate: BatchGate | None = None  # restarts only
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -201,6 +216,8 @@ class _Rollout:
                 self.options.after_batch()
         if self.options.only_changed and not halted:
             self._infra(decision.changing, surveys)
+        if self.options.gate is not None:
+            self.notes += self.options.gate.notes
         if self.no_counter:
             self.notes.append(
                 f"{', '.join(sorted(self.no_counter))}: the engine has no in-flight counter (/get_load, "
@@ -241,8 +258,22 @@ class _Rollout:
             return False
         drained = self._drain(groups)
         self._no_restart(groups)
+        gate = self.options.gate if self.action == "restart" else None
+        if gate is not None:
+            try:
+                gate.before(self._urls(groups))
+            except FleetError as err:
+                self.errors.append(f"batch {i}: {err}")
+                for g in groups:
+                    self._put_back(g, registered.get(g.name, ()))
+                    self.back.add(g.name)
+                    self._report(g.name, i, "skipped", surveys=surveys, detail="bench gate baseline failed; not restarted")
+                self.errors.append(f"rollout halted at batch {i}/{len(self.batches)}: later batches not touched")
+                return False
         if self.action == "restart":
             verdicts = self._restart(groups, surveys)
+            if gate is not None:
+                verdicts = self._bench_gate(gate, groups, verdicts)
         else:
             verdicts = self._swap_back(groups, surveys)
         failed = [g for g in groups if not verdicts[g.name].healthy]
@@ -269,7 +300,24 @@ class _Rollout:
             self.errors.append(f"rollout halted at batch {i}/{len(self.batches)}: later batches not touched")
         return ok
 
+    def _bench_gate(self, gate: BatchGate, groups: Sequence[RollGroup], verdicts: dict[str, Verdict]) -> dict[str, Verdict]:
+        """The healthy groups fail together when the gate refuses them (they go back)."""
+        healthy = [g for g in groups if verdicts[g.name].healthy]
+        if not healthy:
+            return verdicts
+        self.progress.note(f"bench gate: {', '.join(g.name for g in healthy)}")
+        try:
+            reason = gate.after(self._urls(healthy))
+        except FleetError as err:
+            reason = f"bench gate: could not measure: {err}"
+        if reason is None:
+            return verdicts
+        return {**verdicts, **{g.name: Verdict(error=FleetError(reason)) for g in healthy}}
+
     # -- routers
+
+    def _urls(self, groups: Sequence[RollGroup]) -> list[str]:
+        return [u for u in (self._url(g) for g in groups) if u is not None]
 
     def _url(self, g: RollGroup) -> str | None:
         leader = g.leader

@@ -50,3 +50,10 @@ def test_list_and_compare(tmp_path: Path) -> None:
     )
     missing = fleet("bench", "compare", a.id, "nope", env=env)
     assert (missing.returncode, missing.stderr) == (2, f"fleet: error: no saved bench run 'nope' in {tmp_path} (see `fleet bench list`)\n")
+
+
+def test_bench_gate_needs_a_rolling_rollout() -> None:
+    proc = fleet("up", "playbooks/multinode-deepseek-pp2-6000d.yaml", "-i", "inventories/example.yaml", "--bench-gate")
+    assert (proc.returncode, proc.stderr) == (
+        2, "fleet: error: --bench-gate gates the batches of a rolling rollout: the playbook needs rollout.strategy: rolling\n"
+    )

@@ -30,7 +30,7 @@ def standin(procs: list[Proc], **env: str) -> str:
 
 def spec(url: str, out: int, concurrency: int, requests: int) -> LevelSpec:
     return LevelSpec(
-        url=url, model="tiny", tokenizer="fleet-words", shape=Shape(label="t", input_len=32, output_len=out),
+        urls=(url,), model="tiny", tokenizer="fleet-words", shape=Shape(label="t", input_len=32, output_len=out),
         slo=Slo(ttft_ms=1000, tpot_ms=1000, origin="test"), concurrency=concurrency, requests=requests,
         duration_s=120, timeout_s=60,
     )  # fmt: skip

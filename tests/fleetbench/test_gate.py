@@ -1,0 +1,72 @@
+"""The bench gate's verdict (pure) and its spec from a playbook."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from launcher.bench.gate import gate_spec, judge
+from launcher.config.inventory import load_inventory
+from launcher.config.playbook import load_playbook
+from launcher.config.recipes import open_catalog
+from launcher.errors import InputError
+from tests.fleetbench.test_report_store import level
+
+REPO = Path(__file__).resolve().parents[2]
+BASE = level(2, 100.0, 100.0, ttft=50.0)
+
+
+def test_within_the_threshold_passes() -> None:
+    assert judge(BASE, level(2, 95.0, 91.0, ttft=54.9), 10, "w") is None
+
+
+def test_slower_fails_with_both_numbers() -> None:
+    slow = level(2, 50.0, 50.0, ttft=100.0)
+    assert judge(BASE, slow, 10, "64+100 x2 (8 requests)") == (
+        "bench gate: goodput dropped and TTFT p50 rose beyond 10% at 64+100 x2 (8 requests): "
+        "goodput 100.0 -> 50.0 tok/s (-50.0%), TTFT p50 50.0 -> 100.0 ms (+100.0%)"
+    )
+    assert judge(BASE, level(2, 100.0, 100.0, ttft=56.0), 10, "w") == (
+        "bench gate: TTFT p50 rose beyond 10% at w: goodput 100.0 -> 100.0 tok/s (+0.0%), TTFT p50 50.0 -> 56.0 ms (+12.0%)"
+    )
+    nothing = dataclasses.replace(BASE, completed=0, ttft_ms_p50=None)
+    assert judge(BASE, nothing, 10, "w") is not None
+
+
+PLAYBOOK = """\
+name: g
+recipe: qwen/sglang-tp2-h100-tuned
+placement:
+  single:
+    hosts: h100
+rollout:
+  strategy: rolling
+  bench_gate:
+    concurrency: 2
+    threshold_pct: {pct}
+bench:
+  shapes: [8k+1k]
+  scale: 0.01
+  slo: ttft=500,tpot=40
+  tokenizer: fleet-words
+"""
+
+
+def test_spec_from_the_playbook(tmp_path: Path) -> None:
+    pb = tmp_path / "g.yaml"
+    pb.write_text(PLAYBOOK.format(pct=30))
+    catalog = open_catalog()
+    playbook = load_playbook(pb, catalog, load_inventory(REPO / "inventories" / "example.yaml"))
+    spec = gate_spec(playbook, catalog.get(playbook.recipe))
+    assert (spec.shape.input_len, spec.shape.output_len, spec.concurrency, spec.requests, spec.threshold_pct) == (80, 10, 2, 16, 30)
+    assert (spec.slo.ttft_ms, spec.tokenizer) == (500.0, "fleet-words")
+
+
+def test_threshold_checked_at_its_line(tmp_path: Path) -> None:
+    pb = tmp_path / "g.yaml"
+    pb.write_text(PLAYBOOK.format(pct=150))
+    with pytest.raises(InputError) as err:
+        load_playbook(pb, open_catalog(), load_inventory(REPO / "inventories" / "example.yaml"))
+    assert str(err.value) == f"{pb}:10:20: rollout/bench_gate/threshold_pct: should be between 0 and 100 (percent)"

@@ -1,0 +1,111 @@
+"""Bench-gated rolling rollouts on the sandbox fleet through the real CLI: two stand-in replicas
+(h1, h2; 100 ms per token, so that
+TTFT is mostly the engine's and not the loaded machine's) behind the real sglang-router (h3), ``rollout.bench_gate`` with a
+50% threshold (TTFT p50 of an engine as fast jittered by up to +37% on this loaded 2-core box; a
+2x slower engine has no request within the SLO's TPOT: goodput -100%).  A v2 twice as slow per token is measured after its first batch and put back on
+generation 1: exit 1, both numbers in the error, the second group never touched, while a bounded
+load through the router sees no failed request.  A v2 as fast rolls through both batches."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from launcher.bench.client import aiperf_path
+from launcher.sandbox.client import Sandbox
+from tests.deploy.test_sandbox_e2e import containers, fleet, need_netns, status, up_json
+from tests.rolling.loadgen import LoadGen
+
+pytestmark = [
+    pytest.mark.sandbox,
+    pytest.mark.skipif(not Path(aiperf_path()).is_file(), reason=f"aiperf not installed at {aiperf_path()} (scripts/install.sh)"),
+]
+SANDBOX_HOSTS = 8
+DEPLOYMENT = "sb-gate"
+HOSTS = ("h1", "h2", "h3")
+ROUTER = 8410
+PLAYBOOK = f"""\
+name: {DEPLOYMENT}
+recipe: qwen/sglang-tp2-h100-tuned
+placement:
+  single:
+    hosts: h1:h2
+  router:
+    hosts: h3
+overrides:
+  image: fleet-standin:latest
+  drop_docker_flags: [--gpus, --device, --ulimit]
+  shm_size: 1g
+  start_timeout_s: 60
+  env:
+    FLEET_GENERATION: "{{gen}}"
+    FLEET_STANDIN_TOKEN_MS: "{{token_ms}}"
+ports:
+  http: 31410
+  router: {ROUTER}
+  router_metrics: 29410
+rollout:
+  strategy: rolling
+  max_unavailable: 1
+  drain_timeout_s: 30
+  bench_gate:
+    shape: 32+30
+    concurrency: 2
+    requests: 8
+    threshold_pct: 50
+bench:
+  slo: ttft=2000,tpot=150
+  tokenizer: fleet-words
+"""
+
+
+@pytest.fixture
+def pbs(sandbox_fleet: Sandbox, tmp_path: Path) -> Iterator[dict[str, Path]]:
+    need_netns(sandbox_fleet)
+    paths = {}
+    for name, gen, ms in (("v1", 1, 100), ("v2-slow", 2, 200), ("v2-fast", 2, 100)):
+        paths[name] = tmp_path / f"{name}.yaml"
+        paths[name].write_text(PLAYBOOK.format(gen=gen, token_ms=ms))
+    yield paths
+    if containers(sandbox_fleet, HOSTS, DEPLOYMENT):
+        fleet(sandbox_fleet, "down", str(paths["v1"]), "-q", "--break-lock")
+
+
+def gens(sb: Sandbox, pb: Path) -> dict[str, int | None]:
+    return {r["host"]: r["generation"] for r in status(sb, pb) if r["role"] == "single"}
+
+
+def test_a_slower_generation_is_rolled_back_a_fast_one_rolls_through(sandbox_fleet: Sandbox, pbs: dict[str, Path], tmp_path: Path) -> None:
+    sb = sandbox_fleet
+    env = {"FLEET_BENCH_DIR": str(tmp_path / "store")}
+    up_json(sb, pbs["v1"], env=env)
+    load = LoadGen(f"http://{sb.host('h3').data_ip}:{ROUTER}", workers=3, stream_every=4, stream_tokens=40,
+                   max_seconds=400, model="qwen").start()  # fmt: skip
+    try:
+        slow = fleet(sb, "up", str(pbs["v2-slow"]), "--json", env=env)
+    finally:
+        results = load.stop(at_least=1)
+    assert slow.returncode == 1, slow
+    report = json.loads(slow.stdout)
+    outcomes = [(g["outcome"], g.get("generation_after")) for g in report["groups"] if g["group"] != f"{DEPLOYMENT}/router"]
+    assert outcomes == [("restored", 1), ("not-reached", 1)], report["groups"]
+    gate_lines = [e for e in report["errors"] if "bench gate:" in e]
+    assert len(gate_lines) == 1, report["errors"]
+    m = re.search(r"goodput ([\d.]+) -> ([\d.]+) tok/s \(([-+][\d.]+)%\), TTFT p50 ([\d.]+) -> ([\d.]+) ms", gate_lines[0])
+    assert m is not None, gate_lines[0]
+    assert float(m.group(3)) < -50, gate_lines[0]  # 2x slower per token: TPOT 200 ms, beyond the SLO's 150
+    assert len(results) > 20 and load.failures == [], load.failures[:5]
+    assert gens(sb, pbs["v1"]) == {"h1": 1, "h2": 1}
+
+    fast = fleet(sb, "up", str(pbs["v2-fast"]), "--json", env=env)
+    report = json.loads(fast.stdout)
+    if fast.returncode != 0:
+        pytest.fail(f"v2-fast: exit {fast.returncode}: errors {report['errors']}, notes {report['notes']}")
+    assert [g["outcome"] for g in report["groups"] if g["group"] != f"{DEPLOYMENT}/router"] == ["restarted", "restarted"]
+    assert any(n.startswith("bench gate baseline (previous generation)") for n in report["notes"]), report["notes"]
+    assert sum(n.startswith("bench gate passed") for n in report["notes"]) == 2, report["notes"]
+    assert gens(sb, pbs["v1"]) == {"h1": 2, "h2": 2}
