@@ -51,11 +51,11 @@ def image_command(real_engine: bool) -> None:
     """Build (or find cached) the hosts' image template; prints where and how long it took."""
     import time
 
-    from launcher.sandbox import fleet, image
+    from launcher.sandbox import fleet, image, realimage
 
     fleet.require_root()
     t0 = time.monotonic()
-    path = image.ensure_template(real_engine)
+    path = image.ensure_template(realimage.extra() if real_engine else None)
     click.echo(f"image template {path} ready in {time.monotonic() - t0:.0f}s")
 
 

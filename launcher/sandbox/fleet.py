@@ -71,7 +71,7 @@ def up(
     base.mkdir(parents=True)
     with ExitStack() as stack:
         # Held (shared lock) until every data-root is seeded: no concurrent build prunes it.
-        template = stack.enter_context(image.template(real_engine)) if docker else None
+        template = stack.enter_context(image.template(realimage.extra() if real_engine else None)) if docker else None
         st = SandboxState(name=name, mode="netns", dir=str(base), image_tags=(image.IMAGE, *tags))
         model = realimage.model_path(template.parent) if template is not None and real_engine else None
         try:

@@ -39,7 +39,8 @@ import zipfile
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import IO, Iterator
+from dataclasses import dataclass
+from typing import IO, Callable, Iterator
 
 from launcher.errors import FleetError
 from launcher.sandbox import dockerd, procs
@@ -121,18 +122,27 @@ def source_hash() -> str:
     return h.hexdigest()[:16]
 
 
-@contextmanager
-def template(real_engine: bool = False) -> Iterator[Path]:
-    """The data-root template holding ``fleet-standin:latest`` (built once per input hash),
-    and with ``real_engine`` also the real vLLM image (:mod:`launcher.sandbox.realimage`); held
-    with a shared lock for as long as the caller seeds data-roots from it."""
-    from launcher.sandbox import realimage  # it builds on this module's helpers
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExtraImage:
+    """Another image the template also holds (the real vLLM image:
+    :func:`launcher.sandbox.realimage.extra`, which builds on this module's helpers)."""
 
+    digest: str  # identifies its inputs; part of the template's hash
+    image: str
+    changes: tuple[str, ...]  # docker import --change lines
+    tar: Callable[[Path], Path]  # cache dir -> its rootfs tar, built if absent (the build lock is held)
+
+
+@contextmanager
+def template(extra: ExtraImage | None = None) -> Iterator[Path]:
+    """The data-root template holding ``fleet-standin:latest`` (built once per input hash),
+    and ``extra``'s image if given; held with a shared lock for as long as the caller seeds
+    data-roots from it."""
     cache = cache_root() / IMAGES
     cache.mkdir(parents=True, exist_ok=True)
     digest = source_hash()
-    if real_engine:
-        digest = hashlib.sha256(f"{digest}+{realimage.digest()}".encode()).hexdigest()[:16]
+    if extra is not None:
+        digest = hashlib.sha256(f"{digest}+{extra.digest}".encode()).hexdigest()[:16]
     path = cache / f"template-{digest}"
     with open(cache / ".lock", "w") as build_lock:
         fcntl.flock(build_lock, fcntl.LOCK_EX)  # one build at a time (parallel `up`s, test workers)
@@ -140,7 +150,7 @@ def template(real_engine: bool = False) -> Iterator[Path]:
         fcntl.flock(hold, fcntl.LOCK_SH)  # taken before the build lock is released
         try:
             if not path.is_dir():
-                _build(cache, source_hash(), path, real_engine)
+                _build(cache, source_hash(), path, extra)
             os.utime(path)  # most recently used: pruned last
             _prune(cache, keep=(digest, base_hash()))
         except BaseException:
@@ -152,21 +162,18 @@ def template(real_engine: bool = False) -> Iterator[Path]:
         hold.close()
 
 
-def ensure_template(real_engine: bool = False) -> Path:
+def ensure_template(extra: ExtraImage | None = None) -> Path:
     """The template's path, built if needed (not held: prefer :func:`template`)."""
-    with template(real_engine) as path:
+    with template(extra) as path:
         return path
 
 
-def _build(cache: Path, digest: str, path: Path, real_engine: bool) -> None:
-    from launcher.sandbox import realimage
-
+def _build(cache: Path, digest: str, path: Path, extra: ExtraImage | None) -> None:
     try:
         tar = cache / f"standin-{digest}.tar"
         if not tar.exists():
             _build_tar(cache, tar)
-        extra = ((realimage.ensure(cache)[0], realimage.IMAGE, realimage.CHANGES),) if real_engine else ()
-        build_template(tar, path, extra=extra)
+        build_template(tar, path, extra=((extra.tar(cache), extra.image, extra.changes),) if extra else ())
     except subprocess.CalledProcessError as err:
         cmd = err.cmd if isinstance(err.cmd, str) else " ".join(map(str, err.cmd))
         raise FleetError(f"sandbox image: `{cmd[:120]}` exited {err.returncode}") from err

@@ -87,6 +87,11 @@ def model_path(cache: Path) -> Path:
     return cache / f"{MODEL}-{digest()}"
 
 
+def extra() -> image.ExtraImage:
+    """This image as the sandbox template's extra image (:func:`launcher.sandbox.image.template`)."""
+    return image.ExtraImage(digest=digest(), image=IMAGE, changes=CHANGES, tar=lambda cache: ensure(cache)[0])
+
+
 def ensure(cache: Path) -> tuple[Path, Path]:
     """The image tar and the model dir, built if absent (the caller holds the build lock)."""
     tar, model = tar_path(cache), model_path(cache)

@@ -19,7 +19,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("FLEET_SANDBOX_CACHE", str(tmp_path))
     monkeypatch.setattr(image, "base_hash", lambda: "base0")
 
-    def fake_build(cache: Path, digest: str, path: Path) -> None:
+    def fake_build(cache: Path, digest: str, path: Path, extra: image.ExtraImage | None) -> None:
         path.mkdir()
         (path / "built").write_text(digest)
 
