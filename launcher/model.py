@@ -146,6 +146,16 @@ class Gateway:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RoleImages:
+    """Which image provides the program of a role that does not run the engine itself (the
+    router: ``sglang_router`` / ``vllm-router``; the Mooncake master: ``mooncake_master``).
+    None: the engine image.  Preflight checks each program is in its image on the host."""
+
+    router: str | None = None
+    mooncake_master: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Mount:
     host: str  # may use {models_dir} / {cache_dir} placeholders, filled from host vars
     container: str
@@ -253,6 +263,7 @@ class Recipe:
     mooncake_store: MooncakeStore | None = None
     pd: PD | None = None
     gateway: Gateway | None = None
+    images: RoleImages = RoleImages()  # the router's and Mooncake master's images (default: ``image``)
     engine_args: tuple[str, ...] = ()  # extra argv tokens, appended after the generated flags
     env: Mapping[str, str] = field(default_factory=lambda: EMPTY)
     mounts: tuple[Mount, ...] = ()
@@ -348,6 +359,7 @@ class Placement:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Overrides:
     image: str | None = None
+    images: RoleImages = RoleImages()  # over the recipe's, role by role
     # The served model (e.g. a path under the models mount) instead of the recipe's.
     model: str | None = None
     # A smaller shape of the same recipe: the instance's parallel sizes, and the nodes and GPUs per

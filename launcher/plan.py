@@ -57,6 +57,7 @@ from launcher.model import (
     Playbook,
     Recipe,
     Role,
+    RoleImages,
     Source,
     STOP_TIMEOUT_S,
     Unit,
@@ -377,6 +378,7 @@ class _Shared:
     ports: Mapping[str, int]
     facts: Mapping[str, HostFacts] | None
     image: str
+    images: RoleImages  # resolved: recipe's, then the playbook's, role by role
     timeout_s: int
     mooncake_master: str | None
     mooncake_unit: str | None
@@ -762,7 +764,7 @@ def _router_unit(sh: _Shared, host: Host, prefill: list[Unit], decode: list[Unit
         )
         ports = {"router": port, "router_metrics": metrics}
     wants = tuple(u.name for u in (*prefill, *decode))
-    return _infra_unit(sh, "router", host, argv, ports, "/health", port, 2, wants, sh.image)
+    return _infra_unit(sh, "router", host, argv, ports, "/health", port, 2, wants, sh.images.router or sh.image)
 
 
 def _regular_router_unit(sh: _Shared, host: Host, leaders: list[Unit]) -> Unit:
@@ -781,7 +783,7 @@ def _regular_router_unit(sh: _Shared, host: Host, leaders: list[Unit]) -> Unit:
     argv = build(tuple(_url(u) for u in leaders), port, metrics)
     ports = {"router": port, "router_metrics": metrics}
     wants = tuple(u.name for u in leaders)
-    return _infra_unit(sh, "router", host, argv, ports, "/health", port, 2, wants, sh.image)
+    return _infra_unit(sh, "router", host, argv, ports, "/health", port, 2, wants, sh.images.router or sh.image)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -882,7 +884,8 @@ def plan(
         argv = mooncake.master_argv(rpc, ports["mooncake_metadata"], ports["mooncake_metrics"])
         mports = {k: ports[k] for k in ("mooncake_master", "mooncake_metadata", "mooncake_metrics")}
         sh0 = _shared(recipe, playbook, deployment, ports, facts, image, None, None)
-        master = _infra_unit(sh0, "mooncake-master", host, argv, mports, "/metrics", ports["mooncake_metrics"], 0, (), image)
+        master = _infra_unit(sh0, "mooncake-master", host, argv, mports, "/metrics", ports["mooncake_metrics"], 0, (),
+                             sh0.images.mooncake_master or image)
         master_unit = master.name
         units.append(master)
     sh = _shared(recipe, playbook, deployment, ports, facts, image, master_addr, master_unit)
@@ -936,8 +939,11 @@ def _shared(
     recipe: Recipe, playbook: Playbook, deployment: str, ports: Mapping[str, int],
     facts: Mapping[str, HostFacts] | None, image: str, master: str | None, master_unit: str | None,
 ) -> _Shared:
+    ov = playbook.overrides.images
+    images = RoleImages(router=ov.router or recipe.images.router,
+                        mooncake_master=ov.mooncake_master or recipe.images.mooncake_master)
     return _Shared(
-        recipe=recipe, playbook=playbook, deployment=deployment, ports=ports, facts=facts, image=image,
+        recipe=recipe, playbook=playbook, deployment=deployment, ports=ports, facts=facts, image=image, images=images,
         timeout_s=playbook.overrides.start_timeout_s or recipe.start_timeout_s,
         mooncake_master=master, mooncake_unit=master_unit,
         served_model_name=recipe.served_model_name or (recipe.gateway.route if recipe.gateway else None),

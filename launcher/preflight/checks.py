@@ -28,6 +28,13 @@ Probes and what the hosts need (documented in ``fleet preflight --help`` too):
   fail (driver, device nodes or docker are broken); not visible because the playbook drops
   ``--device`` (``overrides.drop_docker_flags``, as the sandbox playbooks do) → warn, every
   time: RDMA is off by the operator's choice and NCCL/Mooncake run over TCP.
+- Programs inside the images: every program a host's units run (``--entrypoint`` ``argv[0]``, or
+  the package of ``python3 -m MODULE``) is looked up in its image on that host, one ``docker run
+  --rm --network none --entrypoint sh`` per image per host (``hostscripts/image-programs.sh``),
+  beside the other probe sections: a router or Mooncake master whose image lacks its program
+  (they run from the engine image unless the recipe's or playbook's ``images`` say otherwise)
+  fails preflight, naming host, image and program, instead of crash-looping after ``up``.  An
+  image not on the host yet is a warning, as above.
 """
 
 from __future__ import annotations
@@ -104,6 +111,15 @@ class ImageProbe:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ProgramsProbe:
+    """Which of the programs its units run an image on a host lacks."""
+
+    status: Literal["checked", "no-image", "error"]
+    missing: tuple[str, ...] = ()
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReachTarget:
     """A port some ranks must reach on another rank's host before they can start."""
 
@@ -138,6 +154,7 @@ class ProbeResults:
     running_units: Mapping[str, frozenset[str]] = field(default_factory=dict)  # our own units
     paths: Mapping[str, Mapping[str, PathProbe]] = field(default_factory=dict)
     images: Mapping[tuple[str, str], ImageProbe] = field(default_factory=dict)  # (host, unit)
+    programs: Mapping[tuple[str, str], ProgramsProbe] = field(default_factory=dict)  # (host, image)
     reach: tuple[Reach, ...] = ()
     listener_errors: Mapping[tuple[str, str], str] = field(default_factory=dict)  # (host, ip:port)
     clock_offset_s: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # (offset, ±)
@@ -281,6 +298,30 @@ def image_units(plan: Plan, inventory: Inventory) -> tuple[Unit, ...]:
     return tuple(out)
 
 
+def program_of(argv: Sequence[str]) -> str:
+    """The program a unit's image must provide: ``argv[0]`` (docker's ``--entrypoint``), or
+    ``python3 -m MODULE`` for a module the image's python3 runs."""
+    if len(argv) > 2 and tuple(argv[:2]) == ("python3", "-m"):
+        return f"python3 -m {argv[2]}"
+    return argv[0]
+
+
+ImagePrograms = tuple[tuple[str, tuple[str, ...]], ...]  # (image, programs run from it), by image
+
+
+def image_programs(plan: Plan) -> dict[str, ImagePrograms]:
+    """host -> the images its containerised units run and the programs each must provide (one
+    probe per image per host)."""
+    found: dict[str, dict[str, set[str]]] = {}
+    for u in plan.units:
+        if u.container is not None and u.argv:
+            found.setdefault(u.host, {}).setdefault(u.container.image, set()).add(program_of(u.argv))
+    return {h: tuple((i, tuple(sorted(p))) for i, p in sorted(imgs.items())) for h, imgs in found.items()}
+
+
+_IMAGE_PROGRAMS = hostscripts.text("image-programs.sh")
+
+
 def rdma_probe_flags(unit: Unit) -> tuple[str, ...]:
     """The rendered docker flags that decide what the container sees of RDMA (render's
     :func:`launcher.render.rdma_flags`), the unit's extra docker args, and the image."""
@@ -345,12 +386,15 @@ def reach_targets(plan: Plan, inventory: Inventory) -> tuple[ReachTarget, ...]:
 # ---------------------------------------------------------------------------------------------
 
 
-def host_probe_script(paths: Sequence[str], images: Sequence[Unit] = (), level: Level = "cheap") -> str:
+def host_probe_script(paths: Sequence[str], images: Sequence[Unit] = (), level: Level = "cheap",
+                      programs: ImagePrograms = (), deployment: str = "") -> str:
     """One shell script per host: listening TCP ports, our running units, each path's size
-    and file count with its fleet.sha256 verdict, and the /dev/infiniband probe per image unit.
+    and file count with its fleet.sha256 verdict, the /dev/infiniband probe per image unit, and
+    the programs each image of ``programs`` lacks (its probe container named after
+    ``deployment``, so a leftover of a killed run is removed by the next one).
 
     Sections: ``ports``, ``units``, ``path:<i>`` (``exists bytes files``), ``manifest:<i>``,
-    ``image:<unit>`` (``i`` indexes ``paths``)."""
+    ``image:<unit>``, ``programs:<j>`` (``i`` indexes ``paths``, ``j`` ``programs``)."""
     parts = [
         ("ports", "(ss -Htln 2>/dev/null || netstat -tln 2>/dev/null) | awk '{print $4}'"),
         ("units", "docker ps --format '{{.Names}}' 2>/dev/null; "
@@ -388,6 +432,16 @@ def host_probe_script(paths: Sequence[str], images: Sequence[Unit] = (), level: 
             f"if ! docker image inspect {image} >/dev/null 2>&1; then echo 'fleet: image not present'; exit 3; fi; "
             f"fleet_t {DOCKER_RUN_TIMEOUT_S} {run}",
         ))
+    for j, (image, progs) in enumerate(programs):
+        name = f"{PROBE_CONTAINER_PREFIX}{deployment}-programs-{j}"
+        run = shlex.join(("docker", "run", "--rm", "--name", name, "--network", "none", "--entrypoint", "sh",
+                          image, "-c", _IMAGE_PROGRAMS, "image-programs", *progs))
+        parts.append((
+            f"programs:{j}",
+            f"docker rm -f {shlex.quote(name)} >/dev/null 2>&1; "
+            f"if ! docker image inspect {shlex.quote(image)} >/dev/null 2>&1; then echo 'fleet: image not present'; "
+            f"exit 3; fi; fleet_t {DOCKER_RUN_TIMEOUT_S} {run}",
+        ))
     return sections_script(parts)
 
 
@@ -397,6 +451,7 @@ class HostProbe:
     running: frozenset[str]
     paths: Mapping[str, PathProbe]
     images: Mapping[str, ImageProbe]  # unit name -> verdict
+    programs: Mapping[str, ProgramsProbe] = field(default_factory=dict)  # image -> verdict
 
 
 def _manifest_verdict(rc: int, text: str, level: Level) -> str | None:
@@ -436,6 +491,19 @@ def _image_verdict(rc: int, text: str) -> ImageProbe:
     return ImageProbe(status="error", detail=err)
 
 
+def _programs_verdict(rc: int, text: str) -> ProgramsProbe:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if rc == 0 and lines[-1:] == ["checked"]:
+        return ProgramsProbe(status="checked", missing=tuple(ln[len("missing "):] for ln in lines
+                                                            if ln.startswith("missing ")))
+    if rc == 3 and "fleet: image not present" in lines:
+        return ProgramsProbe(status="no-image")
+    if rc == 124:
+        return ProgramsProbe(status="error", detail=f"docker run did not finish within {DOCKER_RUN_TIMEOUT_S}s")
+    err = next((ln for ln in lines if ln.startswith("docker:")), lines[-1] if lines else f"docker run exited {rc}")
+    return ProgramsProbe(status="error", detail=err.removeprefix("docker: ").removeprefix("Error response from daemon: "))
+
+
 _FILES_MARK = "--fleet-weights-files--"
 
 
@@ -461,7 +529,7 @@ def _staged_verdict(text: str) -> tuple[str | None, str | None]:
     return f"{len(bad)} file(s) differ from {weights_manifest.MANIFEST_NAME}: {shown}", manifest.revision
 
 
-def parse_host_probe(text: str, paths: Sequence[str], level: Level = "cheap") -> HostProbe:
+def parse_host_probe(text: str, paths: Sequence[str], level: Level = "cheap", programs: ImagePrograms = ()) -> HostProbe:
     s = split_sections(text)
     ports: set[int] = set()
     for line in s.get("ports", (0, ""))[1].splitlines():
@@ -488,7 +556,9 @@ def parse_host_probe(text: str, paths: Sequence[str], level: Level = "cheap") ->
             revision=revision,
         )
     images = {name.split(":", 1)[1]: _image_verdict(rc, body) for name, (rc, body) in s.items() if name.startswith("image:")}
-    return HostProbe(listening=frozenset(ports), running=running, paths=found, images=images)
+    progs = {image: _programs_verdict(*s[f"programs:{j}"]) for j, (image, _) in enumerate(programs)
+             if f"programs:{j}" in s}
+    return HostProbe(listening=frozenset(ports), running=running, paths=found, images=images, programs=progs)
 
 
 # Reachability: a detached listener on the leader's host and a client per other host.  Both are
@@ -918,6 +988,41 @@ def _image_check(u: Unit, probe: ImageProbe) -> Check:
                  "--ulimit memlock=-1; otherwise NCCL falls back to TCP silently")
 
 
+_IMAGE_SETTING = {"router": "images.router", "mooncake-master": "images.mooncake_master", "gateway": "gateway.image"}
+
+
+def _program_checks(plan: Plan, probes: ProbeResults) -> list[Check]:
+    """Per host and image: each program its units run is in it (fail naming host, image and
+    program), or the image is not there to look into (warn)."""
+    out: list[Check] = []
+    for (host, image), probe in sorted(probes.programs.items()):
+        users = [u for u in plan.units if u.host == host and u.container is not None and u.container.image == image]
+        if not users:
+            continue
+        unit = users[0].name
+        if probe.status == "no-image":
+            out.append(Check(host=host, unit=unit, name="programs", status="warn",
+                             message=f"image {image} is not on the host yet; the programs it must run are not checked",
+                             fix=f"docker pull {image}, then run fleet preflight again"))
+        elif probe.status == "error":
+            out.append(Check(host=host, unit=unit, name="programs", status="warn",
+                             message=f"could not look into image {image}: {probe.detail}",
+                             fix="see the error (the check runs sh inside the image)"))
+        elif not probe.missing:
+            programs = sorted({program_of(u.argv) for u in users})
+            out.append(Check(host=host, unit=unit, name="programs", status="pass",
+                             message=f"image {image} has {', '.join(programs)}"))
+        for program in probe.missing:
+            u = next(u for u in users if program_of(u.argv) == program)
+            setting = _IMAGE_SETTING.get(u.role, "image")
+            where = "the recipe's gateway.image" if u.role == "gateway" else \
+                f"{setting} in the recipe, or overrides.{setting} in the playbook"
+            out.append(Check(host=host, unit=u.name, name="programs", status="fail",
+                             message=f"image {image} on {host} has no {program} (the {u.role} runs it)",
+                             fix=f"use an image that provides it: {where}"))
+    return out
+
+
 def _reach_checks(probes: ProbeResults) -> list[Check]:
     out: list[Check] = []
     for (host, key), err in sorted(probes.listener_errors.items()):
@@ -979,6 +1084,7 @@ def _probe_checks(plan: Plan, inventory: Inventory, recipe: Recipe, probes: Prob
             out.append(_image_check(u, image))
         elif _rdma_container(u, inventory) and _device_dropped(u):
             out.append(_dropped_check(u))  # known from the plan: image_units probes nothing for it
+    out.extend(_program_checks(plan, probes))
     out.extend(_reach_checks(probes))
     for g, per_host in sorted(sizes.items()):
         present = {s for s in per_host.values() if s is not None}

@@ -149,13 +149,13 @@ def _plan_error_check(err: PlanError, inventory: Inventory) -> Check:
 
 
 def _probe_host(host: Host, transport: Transport, paths: tuple[str, ...], images: tuple[Unit, ...],
-                level: Level) -> checks.HostProbe:
-    script = checks.host_probe_script(paths, images, level)
+                level: Level, programs: checks.ImagePrograms, deployment: str) -> checks.HostProbe:
+    script = checks.host_probe_script(paths, images, level, programs, deployment)
     timeout = FULL_PROBE_TIMEOUT_S if level == "full" else PROBE_TIMEOUT_S
     result = transport.run(("sh", "-c", script), timeout=timeout)
     if not result.stdout_text.strip():
         raise failure(result, "preflight probe script")
-    return checks.parse_host_probe(result.stdout_text, paths, level)
+    return checks.parse_host_probe(result.stdout_text, paths, level, programs)
 
 
 def _reachability(targets: Sequence[ReachTarget], inventory: Inventory, connector: Connector, forks: int,
@@ -292,10 +292,12 @@ def run_preflight(
     images: dict[str, list[Unit]] = {}
     for u in checks.image_units(the_plan, inventory):
         images.setdefault(u.host, []).append(u)
+    programs = checks.image_programs(the_plan)
     note(f"preflight: probing {len(probe_hosts)} host(s)")
     probed: FanoutResult[checks.HostProbe] = run_all(
         probe_hosts,
-        lambda h, t: _probe_host(h, t, paths.get(h.name, ()), tuple(images.get(h.name, ())), level),
+        lambda h, t: _probe_host(h, t, paths.get(h.name, ()), tuple(images.get(h.name, ())), level,
+                                 programs.get(h.name, ()), deployment),
         connector=connector, forks=forks,
     )
     host_probes = probed.values()
@@ -313,6 +315,7 @@ def run_preflight(
         running_units={h: p.running for h, p in host_probes.items()},
         paths={h: p.paths for h, p in host_probes.items()},
         images={(h, unit): verdict for h, p in host_probes.items() for unit, verdict in p.images.items()},
+        programs={(h, image): verdict for h, p in host_probes.items() for image, verdict in p.programs.items()},
         reach=reach,
         listener_errors=listener_errors,
         clock_offset_s={
