@@ -172,7 +172,8 @@ def test_taken_port_missing_weights_and_unreachable_dist_init(env: Env) -> None:
         assert problems(proc) == [
             f"h1/{R0}: ports: port 30000 (http) already in use (fix: stop what listens there (ss -ltnp) or change "
             "the playbook's ports)",
-            f"h2/{R1}: weights: weights missing: {WEIGHTS} (fix: fleet weights stage PLAYBOOK -i INVENTORY --source DIR|HOST:PATH)",
+            f"h2/{R1}: weights: weights missing: {WEIGHTS} (fix: fleet weights stage PLAYBOOK -i INVENTORY "
+            "--source DIR|HOST:PATH)",
             f"h2/{R1}: reach dist-init: cannot reach dist-init {h1}:20000 on h1 ({DEPLOYMENT}/rank0): timed out "
             f"after 3s (from {h2}) (fix: open tcp/20000 from this host's data IP to {h1} (routes, firewall))",
         ]
