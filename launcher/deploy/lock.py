@@ -15,8 +15,8 @@ Contract: :func:`acquire` succeeds only if the directory did not exist; otherwis
 :class:`LockedError` naming the holder.  :func:`release` removes the lock only while its owner
 file is still ours (or, taking over, the dead holder's), so a lock broken and re-taken by
 someone else is left alone.  Only :func:`break_lock` (``fleet unlock`` / ``--break-lock``)
-removes someone else's lock.  :func:`holder_dead` tells a lock left by a fleet process of this
-control host that is gone (its pid ended or now belongs to another process).
+removes someone else's lock.  :func:`holder_state` tells a lock left by a fleet process of this
+control host that is gone (its pid ended or now belongs to another process) from one that runs.
 
 Starts are ordered against their cancellation inside the lock directory (:func:`serial_argv`,
 :func:`fence_argv`): a Ctrl-C stops waiting for a running remote command after a short grace,
@@ -32,7 +32,7 @@ import getpass
 import re
 import socket
 import uuid
-from typing import Sequence
+from typing import Literal, Sequence
 
 import psutil
 
@@ -56,15 +56,18 @@ _FENCE = hostscripts.text("lock-fence.sh")
 
 
 class LockedError(FleetError):
-    """Another deploy holds the lock on a host."""
+    """Another deploy holds the lock on a host; ``holder`` says whether it still runs (see
+    :func:`holder_state`)."""
 
     def __init__(self, host: str, deployment: str, owner: str) -> None:
         self.host = host
         self.owner = owner
-        super().__init__(
-            f"{host}: deployment {deployment!r} is locked by {owner}; "
-            f"if that deploy is dead, run `fleet unlock` (or pass --break-lock)"
-        )
+        self.holder = holder_state(owner)
+        if self.holder == "running":
+            why = "a fleet run still going on this control host; wait for it to end"
+        else:
+            why = "if that deploy is dead, run `fleet unlock` (or pass --break-lock)"
+        super().__init__(f"{host}: deployment {deployment!r} is locked by {owner}; {why}")
 
 
 class UnsafeLockError(FleetError):
@@ -90,18 +93,19 @@ def owner_line() -> str:
 _OWNER = re.compile(r"[^@\s]*@(?P<host>\S+) pid=(?P<pid>\d+) start=(?P<start>[0-9.]+) ")
 
 
-def holder_dead(owner: str) -> bool:
-    """``owner`` (a lock's owner line) is a fleet process of this control host that no longer
-    runs: its pid is gone, or belongs to a process started at another time.  False whenever
-    that cannot be proven (another control host, a line without a start time)."""
+def holder_state(owner: str) -> Literal["dead", "running", "unknown"]:
+    """Whether the fleet process ``owner`` (a lock's owner line) names still runs, as far as
+    this control host can tell: ``dead`` when it ran here and its pid is gone or belongs to a
+    process started at another time; ``running`` when that process is still here; ``unknown``
+    for another control host or a line without a start time."""
     m = _OWNER.match(owner)
     if m is None or m["host"] != socket.gethostname():
-        return False
+        return "unknown"
     try:
         started = psutil.Process(int(m["pid"])).create_time()
     except psutil.NoSuchProcess:
-        return True
-    return abs(started - float(m["start"])) > 1.0
+        return "dead"
+    return "dead" if abs(started - float(m["start"])) > 1.0 else "running"
 
 
 def acquire_argv(deployment: str, owner: str) -> tuple[str, ...]:

@@ -13,7 +13,7 @@ Contract:
   every host on exit, whatever ends the session (Ctrl-C included); a lock that could not be
   released is an error line naming the host and the command that clears it
   (:meth:`DeploySession.reported`).  A lock left by a fleet run of this control host that is
-  gone (:func:`lock.holder_dead`) is taken over, with a note; any other holder refuses.
+  gone (:func:`lock.holder_state`) is taken over, with a note; any other holder refuses.
 - :meth:`DeploySession.start` restarts groups whole and tears down whatever of them did not
   come up healthy before it returns or raises; :func:`next_generation` is the one rule for the
   generation a unit runs as.
@@ -264,12 +264,12 @@ class DeploySession(Connections):
 
     def _taken(self, t: Transport, result: Result) -> bool:
         """Judges the answer to the lock's acquire; a lock whose holder is provably dead (see
-        :func:`lock.holder_dead`) is released as that holder and taken again (returns True)."""
+        :func:`lock.holder_state`) is released as that holder and taken again (returns True)."""
         dep = self.target.deployment
         try:
             lock.acquired(result, dep)
         except lock.LockedError as err:
-            if not lock.holder_dead(err.owner):
+            if err.holder != "dead":
                 raise
             lock.release(t, dep, err.owner)
             lock.acquire(t, dep, self.owner)

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from launcher.deploy import lock
-from launcher.deploy.lock import LockedError, holder_dead, lock_dir
+from launcher.deploy.lock import LockedError, holder_state, lock_dir
 from launcher.deploy.orchestrate import Options, down, up
 from launcher.errors import ExitCode, UnreachableError
 from launcher.execute.command import Command
@@ -52,13 +52,13 @@ def _gone_pid() -> int:
     return proc.pid
 
 
-def test_holder_dead_only_when_provably_so() -> None:
+def test_a_holder_is_dead_only_when_provably_so() -> None:
     me = psutil.Process()
-    assert not holder_dead(lock.owner_line()), "this process runs"
-    assert holder_dead(f"ops@{HERE} pid={_gone_pid()} start=1.00 time=T id=x"), "its pid is gone"
-    assert holder_dead(f"ops@{HERE} pid={me.pid} start={me.create_time() - 60:.2f} time=T id=x"), "pid reused"
-    assert not holder_dead(f"ops@{HERE}-other pid={_gone_pid()} start=1.00 time=T id=x"), "another control host"
-    assert not holder_dead(f"ops@{HERE} pid={_gone_pid()} time=T id=x"), "an older line without a start time"
+    assert holder_state(lock.owner_line()) == "running", "this process runs"
+    assert holder_state(f"ops@{HERE} pid={_gone_pid()} start=1.00 time=T id=x") == "dead", "its pid is gone"
+    assert holder_state(f"ops@{HERE} pid={me.pid} start={me.create_time() - 60:.2f} time=T id=x") == "dead", "reused"
+    assert holder_state(f"ops@{HERE}-other pid={_gone_pid()} start=1.00 time=T id=x") == "unknown", "elsewhere"
+    assert holder_state(f"ops@{HERE} pid={_gone_pid()} time=T id=x") == "unknown", "a line without a start time"
 
 
 def test_a_lock_left_by_a_fleet_run_that_is_gone_is_taken_over(sim: SimFleet) -> None:
@@ -75,8 +75,11 @@ def test_a_lock_of_a_live_fleet_run_of_this_host_refuses(sim: SimFleet) -> None:
     me = psutil.Process()
     held = f"alice@{HERE} pid={me.pid} start={me.create_time():.2f} time=T id=x"
     sim["h2"].files[lock_dir("demo") + "/owner"] = (held.encode() + b"\n", 0o644)
-    with pytest.raises(LockedError):
+    with pytest.raises(LockedError) as err:
         up(target(pp_plan()), sim.connect, FAST)
+    assert str(err.value) == (
+        f"h2: deployment 'demo' is locked by {held}; a fleet run still going on this control host; wait for it to end"
+    )
     assert sim["h2"].files[lock_dir("demo") + "/owner"][0].decode().strip() == held
 
 
