@@ -7,7 +7,8 @@ manifest, so the next ``up`` redeploys that unit rather than trusting it).
 
 The manifest is world-readable (0644), so it holds nothing derived from a secret: whether secret
 values changed is judged from the 0600 secrets file itself (see :mod:`launcher.deploy.survey`).
-The ``secrets_digest`` older fleet versions wrote is accepted and dropped on reading.
+The ``secrets_digest`` older fleet versions wrote is accepted and dropped on reading (and
+rewritten away by the next run that holds the deploy lock: :mod:`launcher.deploy.session`).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class Manifest:
     files: tuple[str, ...]  # every path this unit owns on the host (secrets.env included)
 
 
-_LEGACY = "secrets_digest"  # a salted HMAC of the secrets file, written by fleet before 2026-12
+LEGACY_KEY = "secrets_digest"  # a salted HMAC of the secrets file, written by fleet before 2026-12
 
 
 def dumps(m: Manifest) -> str:
@@ -52,9 +53,9 @@ def parse(text: str) -> Manifest | None:
     except ValueError:
         return None
     names = {f.name for f in fields(Manifest)}
-    if not isinstance(raw, dict) or set(raw) - {_LEGACY} != names:
+    if not isinstance(raw, dict) or set(raw) - {LEGACY_KEY} != names:
         return None
-    raw.pop(_LEGACY, None)
+    raw.pop(LEGACY_KEY, None)
     try:
         raw["files"] = tuple(raw["files"])
         m = Manifest(**raw)

@@ -251,7 +251,7 @@ class DeploySession(Connections):
             if self._taken(t, results[len(steps) - 1]):  # the batch stopped at the refused acquire
                 results = (*results, *run_batch(t, ask.steps(dep), timeout=STEP_TIMEOUT_S))
             taken.add(h)
-            return ask.survey(t, dep, results[len(steps):])
+            return self._scrubbed(t, ask.survey(t, dep, results[len(steps):]))
 
         with on_interrupt(self._release_everywhere):
             results = self.run(self.hosts, one)
@@ -286,12 +286,28 @@ class DeploySession(Connections):
         that is ours."""
         self.run(self.hosts, self._release)
 
+    def _scrubbed(self, t: Transport, survey: Survey) -> Survey:
+        """Rewrites, without it, each manifest an older fleet left with a secrets digest in it
+        (0644: any local user could check guesses of the secret against it); only while this
+        run holds the lock (``--check`` writes nothing).  One round trip, only when there are any."""
+        ddir = deployment_dir(self.target.deployment)
+        puts = [Put(path=manifest_path(f"{ddir}/{u}"), data=dumps(survey.manifests[u]).encode(), mode=0o644)
+                for u in survey.legacy]
+        if puts:
+            write_files(t, puts)
+        return replace(survey, legacy=())
+
     def survey(self, hosts: Sequence[str] | None = None, units: Sequence[Desired] | None = None) -> dict[str, Survey]:
         """What ``hosts`` (default: all) run of ``units`` (default: the target's); the first
         error raises."""
         planned = self.target.units if units is None else units
         dep = self.target.deployment
-        results = self.run(self.hosts if hosts is None else hosts, lambda h, t: survey_host(t, h, dep, planned))
+        held = set(self._held)
+
+        def one(h: str, t: Transport) -> Survey:
+            found = survey_host(t, h, dep, planned)
+            return self._scrubbed(t, found) if h in held else found
+        results = self.run(self.hosts if hosts is None else hosts, one)
         err = first_error(results)
         if err is not None:
             raise err

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Mapping, Sequence
 
 from launcher.deploy.desired import Desired, groups, secrets_file, step_of
-from launcher.deploy.manifest import Manifest, parse
+from launcher.deploy.manifest import LEGACY_KEY, Manifest, parse
 from launcher.deploy.remote import STEP_TIMEOUT_S, failure
 from launcher.deploy.steps import (
     MISSING,
@@ -52,6 +52,7 @@ class Survey:
     live: Mapping[str, Liveness]
     images: Mapping[str, bool] = field(default_factory=dict)  # image -> present
     secret_hashes: Mapping[str, str | None] = field(default_factory=dict)  # secrets file -> sha256 (None: absent)
+    legacy: tuple[str, ...] = ()  # units whose manifest still holds an older fleet's secrets digest
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -173,10 +174,13 @@ class SurveyAsk:
         if not read.ok:
             raise failure(read, read.command)
         manifests: dict[str, Manifest] = {}
+        legacy: list[str] = []
         for line in read.stdout_text.splitlines():
             m = parse(line) if line.strip() else None
             if m is not None and m.host == self.host and m.deployment == deployment:
                 manifests[m.unit] = m
+                if f'"{LEGACY_KEY}"' in line:
+                    legacy.append(m.unit)
         live: dict[str, Liveness] = {}
         for rt in _RUNTIMES:
             if self.names[rt]:
@@ -190,7 +194,7 @@ class SurveyAsk:
             hashes = parse_hashes(hashed.stdout_text)
         for rt in _RUNTIMES:
             live.update(run_liveness(t, rt, sorted(m.unit for m in manifests.values() if m.unit not in live and m.runtime == rt)))
-        return Survey(manifests=manifests, live=live, images=images, secret_hashes=hashes)
+        return Survey(manifests=manifests, live=live, images=images, secret_hashes=hashes, legacy=tuple(legacy))
 
 
 _RUNTIMES: tuple[Runtime, ...] = ("docker", "systemd")

@@ -359,15 +359,17 @@ def test_a_secrets_file_changed_or_removed_on_the_host_restarts_its_group(sim: S
 
 def test_a_manifest_with_an_older_fleets_secrets_digest_is_read_and_rewritten_without_it(sim: SimFleet) -> None:
     up(target(pp_plan(secret=True), {"HF_TOKEN": "tok-A"}), sim.connect, FAST)
-    for h, u in (("h1", "fleet-demo-rank-r0"), ("h2", "fleet-demo-rank-r1")):
-        path = f"{D}/{u}/manifest.json"
+    paths = {h: f"{D}/{u}/manifest.json" for h, u in (("h1", "fleet-demo-rank-r0"), ("h2", "fleet-demo-rank-r1"))}
+    clean = {h: sim[h].files[p][0] for h, p in paths.items()}
+    for h, path in paths.items():
         raw = json.loads(sim[h].files[path][0]) | {"secrets_digest": "hmac-sha256:00:11"}
         sim[h].files[path] = (json.dumps(raw, sort_keys=True, separators=(",", ":")).encode() + b"\n", 0o644)
+    up(target(pp_plan(secret=True), {"HF_TOKEN": "tok-A"}), sim.connect, Options(check=True))
+    assert all(b"secrets_digest" in sim[h].files[p][0] for h, p in paths.items()), "--check writes nothing"
     same = up(target(pp_plan(secret=True), {"HF_TOKEN": "tok-A"}), sim.connect, FAST)
     assert set(outcomes(same).values()) == {"unchanged"}, "read as before: nothing restarts"
-    report = up(target(pp_plan(secret=True), {"HF_TOKEN": "tok-B"}), sim.connect, FAST)
-    assert outcomes(report)["fleet-demo-rank-r0"] == "healthy"
-    assert b"secrets_digest" not in sim["h1"].files[f"{D}/fleet-demo-rank-r0/manifest.json"][0]
+    assert {h: sim[h].files[p] for h, p in paths.items()} == {h: (c, 0o644) for h, c in clean.items()}, \
+        "the unchanged units' manifests are rewritten without the digest"
 
 
 def test_manifest_round_trip() -> None:
