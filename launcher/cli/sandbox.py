@@ -35,8 +35,8 @@ def up(n: int, name: str, inventory: Path | None, tags: tuple[str, ...], mode: s
     """Bring up N sandbox hosts (cleans a previous sandbox of the same name first)."""
     from launcher.sandbox import fleet
 
-    if real_engine and no_docker:
-        raise click.UsageError("--real-engine needs docker on the hosts (drop --no-docker)")
+    if real_engine and no_docker and not systemd_hosts:
+        raise click.UsageError("--real-engine needs docker on the hosts (drop --no-docker) or --systemd-hosts")
     st = fleet.up(name, n, inventory_path=inventory, tags=tags, mode=mode,  # type: ignore[arg-type]
                   docker=not no_docker, systemd_hosts=systemd_hosts, real_engine=real_engine)  # fmt: skip
     click.echo(f"sandbox {st.name}: {len(st.hosts)} hosts up ({st.mode})")

@@ -83,7 +83,7 @@ def up(
             if template is not None:
                 st = _start_dockerds(st, template)
             if systemd_hosts:
-                st = systemd_host.start(st, systemd_hosts)
+                st = systemd_host.start(st, systemd_hosts, real_engine=real_engine)
             Path(st.known_hosts).write_text("".join(sshd.known_hosts_line(h) + "\n" for h in st.hosts))
             st = replace(st, inventory=str(inventory_path or base / "inventory.yaml"))
             inventory.write(st, Path(st.inventory))

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Iterator
 
 from launcher.errors import FleetError
-from launcher.sandbox import dockerd, fakehw, image, netns, procs, sshd, state
+from launcher.sandbox import dockerd, fakehw, image, netns, procs, realimage, sshd, state
 from launcher.sandbox.state import HostState, SandboxState
 
 IMAGE = "fleet-systemd-host:latest"
@@ -53,7 +53,8 @@ CONTAINER = "fleet-host"
 INDEX_BASE = 200  # sK has index 200+K: addresses .211, .212, ... of the slot's /20
 IFNAME = "veth0"
 READY_TIMEOUT_S = 60.0
-_RECIPE = "systemd-host-2"  # bump when the build steps below change
+SHM_SIZE = "2g"  # tmpfs: memory is used only as filled
+_RECIPE = "systemd-host-3"  # bump when the build steps below change
 PACKAGES = ("systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "iproute2", "procps")
 SITE = "usr/local/lib/python3.11/dist-packages"  # on the system python's sys.path
 SSHD_DROPIN = """\
@@ -96,22 +97,29 @@ def source_hash() -> str:
 
 
 @contextmanager
-def template() -> Iterator[Path]:
+def template(real_engine: bool = False) -> Iterator[Path]:
     """The data-root template holding :data:`IMAGE` (built once per input hash), held with a
     shared lock while the caller seeds from it.  The Debian rootfs is cached apart
     (``systemd-base-<hash>/``), so a change of the stand-in rebuilds the image from it in seconds
-    instead of running mmdebstrap again; other hashes' templates and bases are dropped at build."""
+    instead of running mmdebstrap again; other hashes' templates and bases are dropped at build.
+    With ``real_engine`` the image also holds the real vLLM (CPU build) installed natively, from
+    the real-engine image (:mod:`launcher.sandbox.realimage`: its ``/usr`` tree over the Debian
+    rootfs, same release and packages), and the generated model in ``/srv/models``."""
     cache = state.cache_root() / image.IMAGES
     cache.mkdir(parents=True, exist_ok=True)
     digest = source_hash()
-    path = cache / f"systemd-template-{digest}"
+    kind = "systemd-template"
+    if real_engine:
+        digest = hashlib.sha256(f"{digest}+{realimage.digest()}".encode()).hexdigest()[:16]
+        kind = "systemd-real-template"
+    path = cache / f"{kind}-{digest}"
     with open(cache / "systemd.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not path.is_dir():
-            for old in (*cache.glob("systemd-template-*"), *cache.glob("systemd-base-*")):
+            for old in (*cache.glob(f"{kind}-*"), *cache.glob("systemd-base-*")):
                 if not old.name.endswith(base_hash()):
                     shutil.rmtree(old, ignore_errors=True)
-            _build(cache, path)
+            _build(cache, path, real_engine)
         fcntl.flock(lock, fcntl.LOCK_SH)  # downgrade: concurrent ups seed, nobody rebuilds
         yield path
 
@@ -146,7 +154,7 @@ def _base(cache: Path) -> Path:
     return base
 
 
-def _build(cache: Path, path: Path) -> None:
+def _build(cache: Path, path: Path, real_engine: bool) -> None:
     base = _base(cache)
     with tempfile.TemporaryDirectory(dir=cache, prefix="systemd-rootfs-") as tmp:
         root = Path(tmp) / "root"
@@ -157,9 +165,23 @@ def _build(cache: Path, path: Path) -> None:
             target.unlink(missing_ok=True)  # a new inode: the base's files stay untouched
             target.write_bytes(content)
             target.chmod(0o755 if rel.startswith("usr/local/bin/") else 0o644)
+        if real_engine:  # after the stand-in: the real `vllm` replaces its shim
+            _add_real_engine(cache, root)
         tar = Path(tmp) / "rootfs.tar"
         subprocess.run(("tar", "-C", str(root), "-cf", str(tar), "."), check=True)
         image.build_template(tar, path, image=IMAGE, changes=(f'CMD ["/bin/sh", "-c", "{_INIT}"]',))
+
+
+def _add_real_engine(cache: Path, root: Path) -> None:
+    """The real-engine image's ``/usr`` (its python's site dir with vLLM and torch, console
+    scripts, the compiler torch's inductor runs) over ``root`` -- not its /etc (one-line passwd)
+    nor its /bin (busybox applets) -- and the generated model at ``/srv/models``."""
+    with open(cache / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # realimage builds under the image build lock
+        tar, model = realimage.ensure(cache)
+    # tar unlinks a file before extracting over it: the base's hardlinked files stay untouched.
+    subprocess.run(("tar", "-C", str(root), "--keep-directory-symlink", "-xf", str(tar), "./usr"), check=True)
+    shutil.copytree(model, root / "srv/models" / realimage.MODEL)
 
 
 def profile(host: HostState) -> fakehw.Profile:
@@ -171,9 +193,9 @@ def profile(host: HostState) -> fakehw.Profile:
     )  # fmt: skip
 
 
-def start(st: SandboxState, count: int) -> SandboxState:
+def start(st: SandboxState, count: int, *, real_engine: bool = False) -> SandboxState:
     """Adds ``count`` systemd hosts s1.. to a netns sandbox whose client key exists; each step
-    is recorded in the state file before it runs."""
+    is recorded in the state file before it runs.  ``real_engine``: see :func:`template`."""
     if st.slot is None:
         raise FleetError(f"sandbox {st.name}: systemd hosts need network namespaces (loopback mode here)")
     slot = netns.Slot(index=st.slot)
@@ -187,7 +209,7 @@ def start(st: SandboxState, count: int) -> SandboxState:
     st = replace(st, hosts=(*st.hosts, *new))
     state.save(st)
     tools = fakehw.install_tools(Path(st.dir))
-    with template() as tmpl:
+    with template(real_engine) as tmpl:
         for h in new:
             netns.make_host(st.name, slot, h.index, h.name, h.ifname)
             h = replace(h, net_ns=netns.ns_inode(h.netns or ""))
@@ -250,6 +272,8 @@ def run_argv(st: SandboxState, h: HostState) -> tuple[str, ...]:
         "--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE",
         *(x for o in ("seccomp", "apparmor", "systempaths") for x in ("--security-opt", f"{o}=unconfined")),
         "--tmpfs", "/run", "--tmpfs", "/run/lock", "-e", "container=docker", "--stop-signal", "SIGRTMIN+3",
+        # A host's /dev/shm (docker's default is 64 MB; vLLM's engine core needs 160 MB here).
+        "--shm-size", SHM_SIZE,
         *(x for src, dst, mode in binds for x in ("-v", f"{src}:{dst}:{mode}")),
         IMAGE,
     )  # fmt: skip

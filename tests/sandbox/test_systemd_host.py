@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from launcher.sandbox import fleet as sandbox
+from launcher.sandbox import procs
 from launcher.sandbox import state as sandbox_state
 from launcher.sandbox.client import Sandbox
 from tests.cli_process import CliProcess
@@ -182,14 +183,27 @@ def test_sandbox_down_removes_the_systemd_hosts(sb: Sandbox) -> None:
     assert [(h["name"], h["kind"], h["sshd"], h["dockerd"]) for h in info["hosts"]] == [
         (h, "systemd", True, True) for h in HOSTS
     ]
-    shim = [p for p in os.listdir("/proc") if p.isdigit() and _in_netns(int(p), hosts)]
-    assert shim, "the systemd hosts' processes live in their network namespaces"
+    members = members_of(hosts)
+    assert len(members) > len(hosts), "the systemd hosts' processes live in their network namespaces"
     assert sandbox.down(st.name)
-    assert_gone(st.name, hosts)
+    assert_gone(st.name, hosts, members)
 
 
-def assert_gone(name: str, hosts: list[sandbox_state.HostState]) -> None:
-    assert [p for p in os.listdir("/proc") if p.isdigit() and _in_netns(int(p), hosts)] == []
+def members_of(hosts: list[sandbox_state.HostState]) -> list[procs.ProcRef]:
+    """The processes in the hosts' network namespaces, by PID and start time (after teardown a
+    namespace's inode number may be reused by a new namespace of another sandbox)."""
+    refs = []
+    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+        if _in_netns(pid, hosts):
+            try:
+                refs.append(procs.ref(pid))
+            except ProcessLookupError:
+                continue
+    return refs
+
+
+def assert_gone(name: str, hosts: list[sandbox_state.HostState], members: list[procs.ProcRef]) -> None:
+    assert [r for r in members if r.alive()] == []
     assert not any(h.dockerd and h.dockerd.alive() for h in hosts)
     assert [n for n in os.listdir("/run/netns") if n.startswith(f"fsb-{name}-")] == []
     assert not (sandbox_state.state_root() / name).exists()
@@ -220,8 +234,9 @@ def test_a_crash_half_way_through_up_is_cleaned_by_the_next_down(monkeypatch: py
     assert st is not None
     hosts = [h for h in st.hosts if h.kind == "systemd"]
     assert len(hosts) == 1 and hosts[0].dockerd is not None and hosts[0].dockerd.alive() and hosts[0].mnt_ns
+    members = members_of(hosts)
     assert sandbox.down(name)
-    assert_gone(name, hosts)
+    assert_gone(name, hosts, members)
 
 
 def _in_netns(pid: int, hosts: list[sandbox_state.HostState]) -> bool:
@@ -238,8 +253,6 @@ def test_down_never_kills_in_this_machines_own_namespaces(monkeypatch: pytest.Mo
     way: kill_all is recorded, not run."""
     if os.geteuid() != 0:
         pytest.skip("fleet sandbox down needs root")
-    from launcher.sandbox import procs
-
     monkeypatch.setenv("FLEET_SANDBOX_DIR", str(tmp_path))
     own_mnt, own_net = procs.ns_inode(os.getpid(), "mnt"), procs.ns_inode(os.getpid(), "net")
     host = sandbox_state.HostState(name="s1", index=201, dir=str(tmp_path / "sdguard/s1"), kind="systemd", netns=None,
