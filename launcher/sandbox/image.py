@@ -338,17 +338,23 @@ def _base_rootfs(cache: Path) -> Path:
     return base
 
 
+def copy_with_files(base: Path, root: Path, files: dict[str, bytes]) -> None:
+    """``root`` becomes a hardlink copy of ``base`` with ``files`` (image path -> content) written
+    as new inodes, so the cached base is never written; ``usr/local/bin`` files are executable."""
+    subprocess.run(("cp", "-al", str(base), str(root)), check=True)
+    for rel, content in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        path.write_bytes(content)
+        path.chmod(0o755 if rel.startswith("usr/local/bin/") else 0o644)
+
+
 def _build_tar(cache: Path, tar: Path) -> None:
     base = _base_rootfs(cache)
     with tempfile.TemporaryDirectory(dir=cache, prefix="rootfs-") as tmp:
         root = Path(tmp) / "root"
-        subprocess.run(("cp", "-al", str(base), str(root)), check=True)  # hardlinks: never written
-        for rel, content in image_files().items():
-            path = root / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.unlink(missing_ok=True)  # a new inode: the base's files stay untouched
-            path.write_bytes(content)
-            path.chmod(0o755 if rel.startswith("usr/local/bin/") else 0o644)
+        copy_with_files(base, root, image_files())
         chroot_python(root, "-m", "compileall", "-q", "/app")
         part = tar.with_suffix(".part")
         subprocess.run(("tar", "-C", str(root), "-cf", str(part), "."), check=True)

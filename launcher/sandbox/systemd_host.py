@@ -158,13 +158,7 @@ def _build(cache: Path, path: Path, real_engine: bool) -> None:
     base = _base(cache)
     with tempfile.TemporaryDirectory(dir=cache, prefix="systemd-rootfs-") as tmp:
         root = Path(tmp) / "root"
-        subprocess.run(("cp", "-al", str(base), str(root)), check=True)  # hardlinks: never written
-        for rel, content in host_files().items():
-            target = root / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.unlink(missing_ok=True)  # a new inode: the base's files stay untouched
-            target.write_bytes(content)
-            target.chmod(0o755 if rel.startswith("usr/local/bin/") else 0o644)
+        image.copy_with_files(base, root, host_files())
         if real_engine:  # after the stand-in: the real `vllm` replaces its shim
             _add_real_engine(cache, root)
         tar = Path(tmp) / "rootfs.tar"

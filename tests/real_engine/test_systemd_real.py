@@ -8,17 +8,13 @@ unit, unit file, lock or engine process.  The module brings up its own one-host 
 
 from __future__ import annotations
 
-import os
-import shutil
-import sys
 from typing import Iterator
 
 import pytest
 
-from launcher.sandbox import fleet as sandbox
-from launcher.sandbox import state as sandbox_state
 from launcher.sandbox.client import Sandbox
 from tests.real_engine.harness import PLAYBOOKS, chat, endpoints, fleet, get, leftovers, ok, status
+from tests.sandbox.systemd_hosts import own_sandbox
 
 pytestmark = pytest.mark.real_engine
 
@@ -29,21 +25,7 @@ MODEL = "ministral-3-14b"
 
 @pytest.fixture(scope="module")
 def sb() -> Iterator[Sandbox]:
-    if not sys.platform.startswith("linux") or os.geteuid() != 0:
-        pytest.skip("systemd sandbox hosts need Linux and root")
-    for tool in ("dockerd", "docker", "mmdebstrap"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"systemd sandbox hosts need {tool} (scripts/install.sh)")
-    for old in sandbox_state.names():  # modules of dead pytest sessions
-        if old.startswith("sr") and old[2:].isdigit() and not os.path.exists(f"/proc/{old[2:]}"):
-            sandbox.down(old)
-    name = f"sr{os.getpid()}"
-    handle = Sandbox(sandbox.up(name, 0, docker=False, systemd_hosts=1, real_engine=True))
-    try:
-        yield handle
-    finally:
-        handle.close()
-        sandbox.down(name)
+    yield from own_sandbox("sr", 1, real_engine=True)
 
 
 def test_real_vllm_under_systemd_up_status_logs_down(sb: Sandbox) -> None:

@@ -11,8 +11,6 @@ The module brings up its own small sandbox (``sd<pid>``, no docker hosts) beside
 from __future__ import annotations
 
 import os
-import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Iterator
@@ -27,6 +25,7 @@ from launcher.sandbox.client import Sandbox
 from tests.cli_process import CliProcess
 from tests.rolling.conftest import PLAYBOOKS, Router, fleet, http, ok, unit_rows, wait_for
 from tests.rolling.loadgen import LoadGen
+from tests.sandbox.systemd_hosts import own_sandbox, skip_unless_possible
 
 pytestmark = pytest.mark.sandbox
 
@@ -40,21 +39,7 @@ STREAM_TOKENS = 300  # x 5 ms per token: 1.5 s streams, in flight when their rep
 
 @pytest.fixture(scope="module")
 def sb() -> Iterator[Sandbox]:
-    if not sys.platform.startswith("linux") or os.geteuid() != 0:
-        pytest.skip("systemd sandbox hosts need Linux and root")
-    for tool in ("ip", "nsenter", "unshare", "dockerd", "docker", "mmdebstrap", "ssh-keygen"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"systemd sandbox hosts need {tool} (scripts/install.sh)")
-    for old in sandbox_state.names():  # modules of dead pytest sessions
-        if old.startswith("sd") and old[2:].isdigit() and not os.path.exists(f"/proc/{old[2:]}"):
-            sandbox.down(old)
-    name = f"sd{os.getpid()}"
-    handle = Sandbox(sandbox.up(name, 0, docker=False, systemd_hosts=len(HOSTS)))
-    try:
-        yield handle
-    finally:
-        handle.close()
-        sandbox.down(name)
+    yield from own_sandbox("sd", len(HOSTS))
 
 
 def pid1(sb: Sandbox, host: str) -> str:
@@ -214,8 +199,7 @@ def test_a_crash_half_way_through_up_is_cleaned_by_the_next_down(monkeypatch: py
     """up dies after s1's runner dockerd started and before its container (its own cleanup
     never runs, as when the process is killed): the state file already names what exists, so
     the next ``down`` removes the runner, the namespaces and the state."""
-    if not sys.platform.startswith("linux") or os.geteuid() != 0 or shutil.which("mmdebstrap") is None:
-        pytest.skip("systemd sandbox hosts need Linux, root and mmdebstrap")
+    skip_unless_possible()
     from launcher.sandbox import systemd_host
 
     class Crash(BaseException):
