@@ -7,7 +7,8 @@ one cold start shared by the module's tests (in order):
 2. the stand-in's contract: the probes fleet uses (:mod:`tests.real_engine.contract`) see the
    same on the real engine and on the stand-in (launcher/sandbox/standin/server.py);
    ``fleet top`` reads the real engine's load from its own metrics (running > 0 under a bounded
-   load, 0 after);
+   load, 0 after); ``fleet bench`` measures it end to end with aiperf (the report produced, its
+   small numbers flagged as not the recipe's image);
 3. SIGTERM, as fleet's stop sends it (``docker stop -t <grace>``), with streams in flight: with
    the playbook's ``--shutdown-timeout`` they finish whole and the engine exits by itself;
 4. ``down`` leaves no container, unit file (but prev/) or deploy lock, and nothing listens.
@@ -148,6 +149,31 @@ def test_top_reads_the_real_engines_load(sandbox_fleet: Sandbox, single: dict[st
         assert time.monotonic() < deadline, idle
         idle = _top(sb)
     assert idle["error"] == "", idle
+
+
+def test_bench_measures_the_real_engine(sandbox_fleet: Sandbox, single: dict[str, Any], tmp_path: Any) -> None:
+    """``fleet bench`` end to end against the real vLLM (its endpoint: rank 0, no router in this
+    playbook) with aiperf: every request completed, none failed, the report written, and the
+    report says why its small numbers are not the recipe's (the image)."""
+    from launcher.bench.client import aiperf_path
+
+    if not os.path.isfile(aiperf_path()):
+        pytest.skip(f"aiperf not installed at {aiperf_path()} (scripts/install.sh)")
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        ["fleet", "bench", str(PLAYBOOK), "-i", sandbox_fleet.inventory, "--known-hosts", sandbox_fleet.known_hosts,
+         "--shape", "32+16", "--concurrency", "1,2", "--requests", "4", "--slo", "ttft=10000,tpot=2000",
+         "--tokenizer", "fleet-words", "--json", "-o", str(out)],
+        capture_output=True, text=True, timeout=600, cwd=REPO,
+        env={**os.environ, "FLEET_BENCH_DIR": str(tmp_path / "store")},
+    )  # fmt: skip
+    assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    doc = json.loads(proc.stdout)
+    print(f"real engine bench: {[(lv['concurrency'], round(lv['output_throughput_tok_s'], 1)) for lv in doc['levels']]}")
+    assert [(lv["concurrency"], lv["completed"], lv["failed"]) for lv in doc["levels"]] == [(1, 4, 0), (2, 4, 0)]
+    assert all(lv["output_throughput_tok_s"] > 0 and lv["tpot_ms_p50"] for lv in doc["levels"]), doc["levels"]
+    assert any(c.startswith("image fleet-vllm-cpu:0.32.0 is not the recipe's") for c in doc["caveats"]), doc["caveats"]
+    assert sorted(p.suffix for p in out.iterdir() if p.is_file()) == [".json", ".md", ".png"]  # and artifacts/
 
 
 def test_sigterm_lets_streams_in_flight_finish(sandbox_fleet: Sandbox, single: dict[str, Any]) -> None:
