@@ -8,6 +8,7 @@ server it reached.  Every process is started here and killed here, by PID.
 from __future__ import annotations
 
 import os
+import pwd
 import signal
 import socket
 import subprocess
@@ -55,6 +56,20 @@ class Sshd:
         return self.log.read_text(errors="replace")
 
 
+def _hide_root_bashrc(d: Path) -> list[str]:
+    """A prefix that runs sshd in its own mount namespace with an empty file over root's
+    ``~/.bashrc``: bash sources it for every SSH command, and this machine's (pyenv init, which
+    rehashes shims) writes to stderr when two hosts run it at once.  The exec chain keeps sshd's
+    PID.  Nothing when there is no ``~/.bashrc`` (no mount point without creating one)."""
+    bashrc = Path(pwd.getpwuid(0).pw_dir) / ".bashrc"
+    if os.geteuid() != 0 or not bashrc.is_file():
+        return []
+    empty = d / "empty-bashrc"
+    empty.write_text("")
+    script = 'mount --make-rprivate / && mount --bind "$1" "$2" && shift 2 && exec "$@"'
+    return ["unshare", "--mount", "sh", "-c", script, "sh", str(empty), str(bashrc)]
+
+
 class SshdFactory:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -86,7 +101,7 @@ class SshdFactory:
         )
         log = d / "sshd.log"
         with log.open("wb") as err:
-            proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)],
+            proc = subprocess.Popen([*_hide_root_bashrc(d), SSHD, "-D", "-e", "-f", str(config)],
                                     stdin=subprocess.DEVNULL, stdout=err, stderr=err)
         sshd = Sshd(name=name, port=port, proc=proc, host_key=host_pub, log=log,
                     client_key=self.client_key)

@@ -21,6 +21,7 @@ from typing import Any
 from launcher.rolling.router_api import DirectHttp, inflight
 
 STREAM_TOKENS = 480  # long enough to be seen in flight by a poll (~2 s at ~250 tokens/s)
+MAX_STREAMS = 10  # streams sent back to back until one is seen in flight
 
 
 def _post(base: str, body: dict[str, Any], timeout: float = 120.0) -> bytes:
@@ -62,15 +63,27 @@ def probe(base: str, model: str) -> dict[str, Any]:
                     choice["finish_reason"], chat["usage"]["completion_tokens"],
                     sorted(k for k in chat["usage"] if k in ("prompt_tokens", "completion_tokens", "total_tokens")))  # fmt: skip
 
+    # Streams follow one another until the poll has seen one in flight (at most MAX_STREAMS): on a
+    # quiet machine one stream can end between two polls; the first stream's events are checked.
     events: list[Any] = []
-    t = threading.Thread(target=lambda: events.extend(stream_events(base, model, STREAM_TOKENS)))
+    seen_busy = threading.Event()
+
+    def streams() -> None:
+        events.extend(stream_events(base, model, STREAM_TOKENS))
+        for _ in range(MAX_STREAMS - 1):
+            if seen_busy.is_set():
+                return
+            stream_events(base, model, STREAM_TOKENS)
+
+    t = threading.Thread(target=streams)
     t.start()
     busy = 0
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120
     while t.is_alive() and time.monotonic() < deadline:
         n = inflight(http, base)
         busy = max(busy, n or 0)
         if busy:
+            seen_busy.set()
             break
         time.sleep(0.05)
     t.join(timeout=300)
