@@ -4,7 +4,7 @@
 
 Contract: :func:`save` writes atomically (0644: a report holds no secret); :func:`load` takes a
 run's name or a unique prefix of it and raises :class:`UsageError` naming the candidates
-otherwise; :func:`compare` is pure.
+otherwise; :func:`compare` and :func:`catalog_gain` are pure.
 """
 
 from __future__ import annotations
@@ -15,9 +15,11 @@ import re
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Mapping
 
 from launcher.bench.results import Run, run_from_json, to_json
 from launcher.errors import UsageError
+from launcher.model import Recipe
 
 
 def root() -> Path:
@@ -83,6 +85,42 @@ class Comparison:
     ttft_p50_pct: float | None  # at the level where each had its best goodput
     tpot_p50_pct: float | None
     warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CatalogGain:
+    """The catalog's tuned-vs-baseline figure for a pair of runs, beside the measured change in
+    the same direction (the tuned run against the baseline run, whichever of A and B it is)."""
+
+    tuned: str  # recipe ids
+    baseline: str
+    workload: str  # "8k+1k"
+    percent: float  # the catalog's report.gains figure
+    metric: str  # the catalog's metric ("normalized-throughput-within-slo" ...)
+    measured_pct: float | None  # goodput, per 8 GPUs when both runs know their GPU count
+    per_8gpu: bool
+
+
+def catalog_gain(a: Run, b: Run, recipes: Mapping[str, Recipe]) -> CatalogGain | None:
+    """The figure when one run's recipe is a tuned variant whose catalog baseline is the other
+    run's recipe, both ran the same shape, and the tuned recipe's ``report.gains`` has a figure
+    at that workload (``50k+1.5k``, ``8k+1k``); else None."""
+    if (a.shape.base_label, a.shape.input_len, a.shape.output_len) != (b.shape.base_label, b.shape.input_len, b.shape.output_len):
+        return None
+    for tuned, base in ((b, a), (a, b)):
+        recipe = recipes.get(tuned.recipe)
+        report = recipe.report if recipe is not None else None
+        if report is None or report.kind != "tuned" or report.baseline != base.recipe:
+            continue
+        gain = next((g for g in report.gains if g.workload == tuned.shape.base_label), None)
+        if gain is None:
+            return None
+        per8 = tuned.goodput_per_8gpu_tok_s is not None and base.goodput_per_8gpu_tok_s is not None
+        measured = (_pct(tuned.goodput_per_8gpu_tok_s, base.goodput_per_8gpu_tok_s) if per8
+                    else _pct(tuned.goodput_tok_s, base.goodput_tok_s))  # fmt: skip
+        return CatalogGain(tuned=tuned.recipe, baseline=base.recipe, workload=gain.workload, percent=gain.percent,
+                           metric=gain.metric, measured_pct=measured, per_8gpu=per8)  # fmt: skip
+    return None
 
 
 def _pct(new: float | None, old: float | None) -> float | None:

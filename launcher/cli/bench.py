@@ -26,6 +26,7 @@ from launcher.bench.spec import (
 )  # fmt: skip
 from launcher.cli import cli
 from launcher.cli.common import connector, ssh_options
+from launcher.config.recipes import open_catalog
 from launcher.model import Playbook
 from launcher.output import print_table, table
 
@@ -188,19 +189,32 @@ def _signed(v: float | None, what: str) -> str:
     return f"{what} n/a" if v is None else f"{v:+.1f}% {what}"
 
 
+# How the catalog words its report.gains metrics.
+_METRICS = {
+    "normalized-throughput-within-slo": "normalized throughput within the SLO",
+    "normalized-throughput-8gpu-within-slo": "throughput per 8 GPUs within the SLO",
+}
+
+
 @bench_group.command("compare")
 @click.argument("a")
 @click.argument("b")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 def compare_command(a: str, b: str, as_json: bool) -> None:
     """B against A (two kept runs, by name or unique prefix), as the catalog reports a tuned
-    variant against its baseline: ``+44.0% goodput at 8k+1k``."""
+    variant against its baseline: ``+44.0% goodput at 8k+1k``.  When one run's recipe is a tuned
+    variant of the other's, the catalog's own figure at that shape is shown beside it."""
     cmp = store.compare(store.load(a), store.load(b))
+    gain = store.catalog_gain(cmp.a, cmp.b, open_catalog().recipes)
     if as_json:
         click.echo(json.dumps({
             "a": cmp.a.id, "b": cmp.b.id, "shape": cmp.b.shape.label, "goodput_pct": cmp.goodput_pct,
             "per_8gpu": cmp.per_8gpu, "ttft_p50_pct": cmp.ttft_p50_pct, "tpot_p50_pct": cmp.tpot_p50_pct,
             "warnings": list(cmp.warnings),
+            "catalog": None if gain is None else {
+                "tuned": gain.tuned, "baseline": gain.baseline, "workload": gain.workload, "gain_pct": gain.percent,
+                "metric": gain.metric, "measured_pct": gain.measured_pct, "per_8gpu": gain.per_8gpu,
+            },
         }, indent=1))  # fmt: skip
         return
     norm = " (per 8 GPUs)" if cmp.per_8gpu else ""
@@ -209,7 +223,10 @@ def compare_command(a: str, b: str, as_json: bool) -> None:
     for r in (cmp.a, cmp.b):
         click.echo(f"  {r.id}: {r.deployment} gen {r.generation} ({r.recipe}), goodput {r.goodput_tok_s:.1f} tok/s, "
                    f"per 8 GPUs {_num(r.goodput_per_8gpu_tok_s)}, SLO ttft={r.slo.ttft_ms:g},tpot={r.slo.tpot_ms:g}")  # fmt: skip
+    if gain is not None:
+        scaled = "" if cmp.b.shape.label == cmp.b.shape.base_label else " (lengths scaled here: the catalog's figure is for the full shape)"
+        click.echo(f"  catalog: {gain.tuned} vs its baseline {gain.baseline}: {gain.percent:+.1f}% "
+                   f"{_METRICS.get(gain.metric, gain.metric)} at {gain.workload}; measured: "
+                   f"{_signed(gain.measured_pct, 'goodput')}{' (per 8 GPUs)' if gain.per_8gpu else ''}{scaled}")  # fmt: skip
     for w in cmp.warnings:
         click.echo(f"  warning: {w}")
-
-

@@ -19,6 +19,14 @@ from launcher.execute.ssh import SshConnector
 from launcher.output import LinesProgress, LiveProgress, Progress, QuietProgress
 
 
+# `fleet up` and `fleet restart`: None follows the playbook's rollout.bench_gate.
+bench_gate_option = click.option(
+    "--bench-gate/--no-bench-gate", "bench_gate", default=None,
+    help="Rolling rollouts: each batch must bench as well as the previous generation (default: gated when the "
+         "playbook has rollout.bench_gate; --bench-gate without it uses its defaults).",
+)  # fmt: skip
+
+
 def ssh_options(f: Callable[..., None]) -> Callable[..., None]:
     """``-i/--inventory``, ``--known-hosts``, ``--trust-new-hosts`` and ``--forks``."""
     f = click.option("--forks", type=click.IntRange(1, 1024), default=DEFAULT_FORKS, show_default=True,

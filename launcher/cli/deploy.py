@@ -18,7 +18,7 @@ from typing import Iterator, Sequence
 import click
 
 from launcher.cli import cli
-from launcher.cli.common import connector as _connector, progress, ssh_options as _ssh_options
+from launcher.cli.common import bench_gate_option, connector as _connector, progress, ssh_options as _ssh_options
 from launcher.cli.metrics import TargetsHook, after_change, checked_targets_path, targets_file_option
 from launcher.cli.preflight import gate
 from launcher.deploy import orchestrate
@@ -81,13 +81,12 @@ def _print_report(report: Report, as_json: bool) -> None:
 @click.option("--router", "router_urls", multiple=True, metavar="URL",
               help="Routers serving this deployment (rolling rollouts drain groups out of them).")
 @targets_file_option
-@click.option("--bench-gate", is_flag=True,
-              help="Rolling rollouts: each batch must bench as well as the previous generation (rollout.bench_gate's defaults when the playbook has none).")
+@bench_gate_option
 def up_command(
     playbook: str, inventory_path: str, forks: int, trust_new_hosts: bool, known_hosts: tuple[str, ...],
     limit_pattern: str | None, check: bool, diff: bool, timeout_s: float | None, as_json: bool, quiet: bool,
     break_lock: bool, secrets: tuple[str, ...], skip_preflight: bool, router_urls: tuple[str, ...],
-    targets_file: str | None, bench_gate: bool,
+    targets_file: str | None, bench_gate: bool | None,
 ) -> None:  # fmt: skip
     """Bring PLAYBOOK's units up (idempotent: unchanged units are left alone).  The cheap
     preflight checks run first (facts, GPUs, HCAs, GIDs, reachability, weights, ports) and stop

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import sys
 from contextlib import ExitStack
+from dataclasses import replace
 from typing import Sequence
 
 import click
 
 from launcher.cli import cli
-from launcher.cli.common import connector as _connector, progress, ssh_options as _ssh_options
+from launcher.cli.common import bench_gate_option, connector as _connector, progress, ssh_options as _ssh_options
 from launcher.cli.metrics import TargetsHook, after_change, checked_targets_path, targets_file_option
 from launcher.config.patterns import select
 from launcher.deploy.session import Connect, Target
@@ -52,6 +53,20 @@ def rolling_options(
         drain_timeout_s=drain_timeout_s if drain_timeout_s is not None else float(ro.drain_timeout_s),
         **kw,  # type: ignore[arg-type]
     )
+
+
+def with_bench_gate(options: RollOptions, playbook: Playbook, target: Target, flag: bool | None) -> RollOptions:
+    """``options`` with the rollout's bench gate: ``--bench-gate`` / ``--no-bench-gate``, else
+    the playbook's ``rollout.bench_gate`` (the caller has checked that the rollout is rolling).
+    A PD deployment rolls by cohort switch, which is not gated (docs/bench.md): refused."""
+    if not (playbook.rollout.bench_gate is not None if flag is None else flag):
+        return options
+    if any(d.unit.role in ("prefill", "decode") for d in target.units):
+        raise UsageError(f"--bench-gate: PD deployment {target.deployment} rolls by cohort switch, which is not "
+                         "bench-gated (docs/bench.md)")  # fmt: skip
+    from launcher.bench.gate import gate_for
+
+    return replace(options, gate=gate_for(playbook, target.deployment, target.secrets))
 
 
 def print_roll_report(report: RollReport, as_json: bool) -> None:
@@ -164,10 +179,13 @@ def _run(
     known_hosts: tuple[str, ...], rolling: bool, max_unavailable: str | None, role: str | None,
     limit_pattern: str | None, force: bool, drain_timeout_s: float | None, router_urls: tuple[str, ...],
     surge_pattern: str | None, timeout_s: float | None, as_json: bool, quiet: bool, break_lock: bool,
-    secrets: tuple[str, ...], targets_file: str | None,
+    secrets: tuple[str, ...], targets_file: str | None, bench_gate: bool | None = None,
 ) -> None:  # fmt: skip
     inputs = load_inputs(playbook_path, inventory_path)
     inventory, playbook = inputs.inventory, inputs.playbook
+    if bench_gate and not (rolling or playbook.rollout.strategy == "rolling"):
+        raise UsageError("--bench-gate gates the batches of a rolling restart: give --rolling "
+                         "(or rollout.strategy: rolling in the playbook)")  # fmt: skip
     limit = frozenset(h.name for h in select(inventory, limit_pattern)) if limit_pattern else None
     target = unlocked_by(target_of(deployment(inputs), None, resolve(playbook.secrets, secrets)), playbook_path,
                          inventory_path)  # fmt: skip
@@ -178,6 +196,8 @@ def _run(
         drain_timeout_s=drain_timeout_s, role=role, limit=limit, force=force, forks=forks,
         timeout_s=timeout_s, break_lock=break_lock, after_batch=hook,
     )  # fmt: skip
+    if action == "restart" and (rolling or playbook.rollout.strategy == "rolling"):
+        options = with_bench_gate(options, playbook, target, bench_gate)
     with ExitStack() as stack:
         connector = stack.enter_context(_connector(known_hosts, trust_new_hosts))
         shown = progress(stack, quiet or as_json)
@@ -200,11 +220,13 @@ def _run(
 @click.argument("playbook")
 @_ssh_options
 @click.option("--rolling", is_flag=True, help="Restart group by group (default: the playbook's rollout).")
+@bench_gate_option
 @_common
 def restart_command(playbook: str, inventory_path: str, rolling: bool, **kw: object) -> None:
     """Restart PLAYBOOK's engine groups: with --rolling, at most --max-unavailable groups at a
-    time, each taken out of its routers and drained first, health-gated and put back; a failed
-    batch is put back on its previous generation and the rollout halts."""
+    time, each taken out of its routers and drained first, health-gated (and bench-gated, see
+    --bench-gate) and put back; a failed batch is put back on its previous generation and the
+    rollout halts."""
     _run("restart", playbook, inventory_path, rolling=rolling, **kw)  # type: ignore[arg-type]
 
 
@@ -230,22 +252,16 @@ def run_rolling_up(
     as_json: bool,
     router_urls: Sequence[str] = (),
     targets: TargetsHook | None = None,
-    bench_gate: bool = False,
+    bench_gate: bool | None = None,
 ) -> int:
     """``fleet up`` of a rolling playbook (see :func:`launcher.rolling.roll.up_rolling`): prints
     the rollout report and returns the exit code.  ``targets``: rewritten after each batch and
-    at the end.  ``bench_gate``: gate each batch on a short bench even when the playbook sets
-    no ``rollout.bench_gate``."""
-    from dataclasses import replace
-
-    from launcher.bench.gate import gate_for
-
+    at the end.  ``bench_gate``: ``--bench-gate`` / ``--no-bench-gate`` (see :func:`with_bench_gate`)."""
     options = rolling_options(
         playbook, rolling=True, max_unavailable=None, drain_timeout_s=None, forks=forks, timeout_s=timeout_s,
         break_lock=break_lock, after_batch=targets,
     )  # fmt: skip
-    if playbook.rollout.bench_gate is not None or bench_gate:
-        options = replace(options, gate=gate_for(playbook, target.deployment, target.secrets))
+    options = with_bench_gate(options, playbook, target, bench_gate)
     report = up_rolling(target, connect, _routers(drain_router_urls(router_urls, target)), options, progress)
     print_roll_report(report, as_json)
     return after_change(targets, int(report.exit_code))

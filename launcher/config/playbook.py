@@ -100,15 +100,16 @@ def check_playbook(playbook: Playbook, node: Map, catalog: Catalog, inventory: I
     for name, port in playbook.ports.items():
         if not 1 <= port <= 65535:
             raise InputError(_at(node, f"ports/{name}").source, f"should be a port (1-65535), got {port}", f"ports/{name}")
-    _check_bench(playbook, node)
+    _check_bench(playbook, node, recipe.topology)
     if playbook.rollout.max_unavailable < 1:
         raise InputError(
             _at(node, "rollout/max_unavailable").source, "should be at least 1", "rollout/max_unavailable"
         )
 
 
-def _check_bench(playbook: Playbook, node: Map) -> None:
-    """The ``bench`` section's values parse as ``fleet bench`` will read them."""
+def _check_bench(playbook: Playbook, node: Map, topology: Topology) -> None:
+    """The ``bench`` section's values parse as ``fleet bench`` will read them; a bench gate only
+    where rollouts go batch by batch (a PD deployment switches cohorts: not gated, docs/bench.md)."""
     from launcher.bench.spec import MAX_CONCURRENCY, parse_shape, parse_slo
 
     bench = playbook.bench
@@ -122,6 +123,11 @@ def _check_bench(playbook: Playbook, node: Map) -> None:
     if not bench.scale > 0:
         raise InputError(_at(node, "bench/scale").source, "should be a positive number", "bench/scale")
     gate = playbook.rollout.bench_gate
+    if gate is not None and topology == "pd":
+        raise InputError(_key_source(node, "rollout", "bench_gate").source,
+                         "a PD deployment rolls by cohort switch, which is not bench-gated: the serving cohort carries "
+                         "every request, so nothing measures it like the idle new one (docs/bench.md)",
+                         "rollout/bench_gate")  # fmt: skip
     if gate is not None:
         if gate.shape is not None:
             parse_shape(gate.shape, _at(node, "rollout/bench_gate/shape").source, "rollout/bench_gate/shape")

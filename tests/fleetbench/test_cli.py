@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from launcher.bench import store
+from launcher.bench.spec import Shape
 from tests.fleetbench.test_report_store import level, run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,3 +58,46 @@ def test_bench_gate_needs_a_rolling_rollout() -> None:
     assert (proc.returncode, proc.stderr) == (
         2, "fleet: error: --bench-gate gates the batches of a rolling rollout: the playbook needs rollout.strategy: rolling\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("playbook", "flags", "message"),
+    [
+        ("playbooks/single-qwen-a100.yaml", (), "--bench-gate gates the batches of a rolling restart: give --rolling "
+                                                "(or rollout.strategy: rolling in the playbook)"),
+        ("playbooks/pd-glm-2p1d-6000d.yaml", ("--rolling",),
+         "--bench-gate: PD deployment glm-pd rolls by cohort switch, which is not bench-gated (docs/bench.md)"),
+    ],
+)  # fmt: skip
+def test_restart_bench_gate_refused(playbook: str, flags: tuple[str, ...], message: str) -> None:
+    proc = fleet("restart", playbook, "-i", "inventories/example.yaml", *flags, "--bench-gate", "--secret", "HF_TOKEN=env:T",
+                 env={"T": "x"})  # fmt: skip
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"fleet: error: {message}\n")
+
+
+def test_compare_shows_the_catalogs_gain_beside_the_measured_one(tmp_path: Path) -> None:
+    """qwen/sglang-tp2-h100-tuned records +12.1% at 8k+1k against qwen/sglang-tp2-h100."""
+    shape = Shape(label="8k+1k", input_len=8000, output_len=1000)
+    base = store.save(run(deployment="qwen-base", recipe="qwen/sglang-tp2-h100", gpus=2, shape=shape,
+                          levels=(level(4, 100.0, 100.0),)), tmp_path)  # fmt: skip
+    tuned = store.save(run(deployment="qwen-tuned", recipe="qwen/sglang-tp2-h100-tuned", gpus=2, shape=shape,
+                           started="2026-12-01T16:00:00Z", levels=(level(4, 120.0, 112.0, ttft=810.0),)), tmp_path)  # fmt: skip
+    env = {"FLEET_BENCH_DIR": str(tmp_path)}
+    out = fleet("bench", "compare", "qwen-base", "qwen-tuned", env=env)
+    assert (out.returncode, out.stderr) == (0, ""), out
+    assert out.stdout == (
+        f"{tuned.id} vs {base.id}: +12.0% goodput (per 8 GPUs) at 8k+1k; at the best level -10.0% TTFT p50, +0.0% TPOT p50\n"
+        f"  {base.id}: qwen-base gen 1 (qwen/sglang-tp2-h100), goodput 100.0 tok/s, per 8 GPUs 400.0, SLO ttft=10000,tpot=100\n"
+        f"  {tuned.id}: qwen-tuned gen 1 (qwen/sglang-tp2-h100-tuned), goodput 112.0 tok/s, per 8 GPUs 448.0, SLO ttft=10000,tpot=100\n"
+        "  catalog: qwen/sglang-tp2-h100-tuned vs its baseline qwen/sglang-tp2-h100: +12.1% normalized throughput within "
+        "the SLO at 8k+1k; measured: +12.0% goodput (per 8 GPUs)\n"
+    )
+    # The other way round, the catalog's figure is still tuned against baseline.
+    back = json.loads(fleet("bench", "compare", "qwen-tuned", "qwen-base", "--json", env=env).stdout)
+    assert back["goodput_pct"] == pytest.approx(-10.714, abs=1e-3)
+    assert back["catalog"] == {"tuned": "qwen/sglang-tp2-h100-tuned", "baseline": "qwen/sglang-tp2-h100", "workload": "8k+1k",
+                               "gain_pct": 12.1, "metric": "normalized-throughput-within-slo", "measured_pct": pytest.approx(12.0),
+                               "per_8gpu": True}  # fmt: skip
+    # A pair the catalog does not compare (and another shape) shows no catalog line.
+    other = store.save(run(deployment="glm", started="2026-12-01T17:00:00Z"), tmp_path)
+    assert "catalog:" not in fleet("bench", "compare", "qwen-base", other.id, env=env).stdout

@@ -70,3 +70,31 @@ def test_threshold_checked_at_its_line(tmp_path: Path) -> None:
     with pytest.raises(InputError) as err:
         load_playbook(pb, open_catalog(), load_inventory(REPO / "inventories" / "example.yaml"))
     assert str(err.value) == f"{pb}:10:20: rollout/bench_gate/threshold_pct: should be between 0 and 100 (percent)"
+
+
+def test_a_pd_playbook_refuses_a_bench_gate_at_its_line(tmp_path: Path) -> None:
+    pd = (REPO / "playbooks" / "pd-glm-2p1d-6000d.yaml").read_text()
+    pb = tmp_path / "pd.yaml"
+    pb.write_text(pd.replace("  drain_timeout_s: 300\n", "  drain_timeout_s: 300\n  bench_gate:\n    threshold_pct: 20\n"))
+    with pytest.raises(InputError) as err:
+        load_playbook(pb, open_catalog(), load_inventory(REPO / "inventories" / "example.yaml"))
+    assert str(err.value) == (
+        f"{pb}:18:3: rollout/bench_gate: a PD deployment rolls by cohort switch, which is not bench-gated: the serving "
+        "cohort carries every request, so nothing measures it like the idle new one (docs/bench.md)"
+    )
+
+
+@pytest.mark.parametrize(("pct", "flag", "gated"), [(30, None, True), (30, False, False), (None, None, False), (None, True, True)])
+def test_the_flag_over_the_playbook(tmp_path: Path, pct: int | None, flag: bool | None, gated: bool) -> None:
+    """``--bench-gate`` / ``--no-bench-gate`` / neither (the playbook's ``rollout.bench_gate``)."""
+    from launcher.cli.rolling import with_bench_gate
+    from launcher.pipeline import deployment, load_inputs, target_of
+    from launcher.rolling.roll import RollOptions
+
+    pb = tmp_path / "g.yaml"
+    text = PLAYBOOK.format(pct=pct)
+    pb.write_text(text if pct is not None else text.replace("  bench_gate:\n    concurrency: 2\n    threshold_pct: None\n", ""))
+    inputs = load_inputs(pb, REPO / "inventories" / "example.yaml")
+    options = with_bench_gate(RollOptions(), inputs.playbook, target_of(deployment(inputs)), flag)
+    assert (options.gate is not None) == gated
+    assert options.gate is None or options.gate.spec.threshold_pct == (pct or 10)  # type: ignore[attr-defined]
