@@ -700,6 +700,8 @@ def _drain_text(d: Drained | None) -> str:
         return "-"
     if d.how == "timeout":
         return f"timeout ({d.left} left)"
+    if d.how == "drained":  # in flight when the drain began -> 0, read from the engine's own counter
+        return f"drained {d.first}->0 {d.waited_s:.1f}s"
     return f"{d.how} {d.waited_s:.1f}s"
 
 

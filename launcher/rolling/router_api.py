@@ -230,6 +230,7 @@ def inflight(http: Http, base_url: str, timeout: float = 5.0) -> int | None:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Drained:
     how: Literal["drained", "no-counter", "timeout"]
+    first: int = 0  # requests in flight at the first read (after the settle): what the drain waited out
     left: int = 0  # requests still in flight at the deadline
     waited_s: float = 0.0
 
@@ -242,23 +243,26 @@ def drain(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Drained]:
-    """Per key, waits until its probe reports 0 in flight, or ``timeout_s``.  Waits ``settle_s``
-    first: requests the router had already picked a worker for may still be arriving there.
-    Probes run one after another on the calling thread."""
+    """Per key, waits until its probe reports 0 in flight, or ``timeout_s``, and records what its
+    first read saw.  Waits ``settle_s`` first: requests the router had already picked a worker
+    for may still be arriving there.  Probes run one after another on the calling thread."""
     start = clock()
     sleep(settle_s)
     pending = dict(probes)
+    first: dict[str, int] = {}
     out: dict[str, Drained] = {}
     while pending:
         for key, probe in list(pending.items()):
             n = probe()
             waited = clock() - start
+            if n is not None:
+                first.setdefault(key, n)
             if n is None:
                 out[key] = Drained(how="no-counter", waited_s=waited)
             elif n <= 0:
-                out[key] = Drained(how="drained", waited_s=waited)
+                out[key] = Drained(how="drained", first=first[key], waited_s=waited)
             elif waited >= timeout_s:
-                out[key] = Drained(how="timeout", left=n, waited_s=waited)
+                out[key] = Drained(how="timeout", first=first[key], left=n, waited_s=waited)
             else:
                 continue
             del pending[key]

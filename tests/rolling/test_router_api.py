@@ -11,7 +11,8 @@ import pytest
 
 from launcher.deploy.manifest import Manifest
 from launcher.rolling import restore
-from launcher.rolling.router_api import RouterClient, RouterError, drain, inflight, parse_get_load, parse_metrics
+from launcher.rolling.roll import _drain_text
+from launcher.rolling.router_api import Drained, RouterClient, RouterError, drain, inflight, parse_get_load, parse_metrics
 
 
 class FakeHttp:
@@ -107,9 +108,19 @@ def test_drain_waits_for_zero_or_the_deadline() -> None:
         {"a": lambda: next(counts["a"]), "b": lambda: next(counts["b"]), "c": lambda: None},
         1.0, settle_s=0.5, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s),
     )  # fmt: skip
-    assert result["a"].how == "drained"
-    assert result["b"].how == "timeout" and result["b"].left == 5
+    assert (result["a"].how, result["a"].first) == ("drained", 3)
+    assert result["b"].how == "timeout" and (result["b"].first, result["b"].left) == (5, 5)
     assert result["c"].how == "no-counter"
+
+
+def test_drain_report_shows_what_the_counter_saw() -> None:
+    """The report's drain column: in flight at the first read -> 0, so a drain that waited out
+    requests is told from one that found the engine idle."""
+    assert _drain_text(Drained(how="drained", first=3, waited_s=2.34)) == "drained 3->0 2.3s"
+    assert _drain_text(Drained(how="drained", first=0, waited_s=0.5)) == "drained 0->0 0.5s"
+    assert _drain_text(Drained(how="timeout", first=5, left=2, waited_s=60.0)) == "timeout (2 left)"
+    assert _drain_text(Drained(how="no-counter", waited_s=0.5)) == "no-counter 0.5s"
+    assert _drain_text(None) == "-"
 
 
 def _manifest(unit_dir: str, files: list[str], generation: int) -> Manifest:
