@@ -56,6 +56,14 @@ def _unlimit(st: object) -> None:
     subprocess.run(["tc", "qdisc", "del", "dev", f"fsb{st.slot}", "root"], capture_output=True)  # type: ignore[attr-defined]
 
 
+def _cpu_busy_s() -> float:
+    """CPU seconds the whole machine spent busy so far (/proc/stat: every core, every process --
+    the sandbox hosts' sshd, ssh and rsync are not this process's children)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def _wipe(st: object) -> None:
     for h in st.hosts:  # type: ignore[attr-defined]
         subprocess.run(["rm", "-rf", f"{h.dir}/srv/models/bench"], check=True)
@@ -93,12 +101,13 @@ def main() -> None:
                     hosts = [h.name for h in inventory.hosts[:n]]
                     need = ModelNeed(model=MODEL, what="weights", rel=MODEL, paths=tuple((h, DEST) for h in hosts))
                     with SshConnector(known) as connector:
-                        t0 = time.monotonic()
+                        t0, c0 = time.monotonic(), _cpu_busy_s()
                         report = stage(inventory, (need,), Source(kind="dir", root=str(src)), connector,
                                        use_hosts=mode == "hosts")  # fmt: skip
-                        seconds = time.monotonic() - t0
+                        seconds, cpu = time.monotonic() - t0, _cpu_busy_s() - c0
                     ok = report.ok and len(report.hosts) == n
-                    row = {"hosts": n, "mode": mode, "seconds": round(seconds, 2), "ok": ok,
+                    row = {"hosts": n, "mode": mode, "seconds": round(seconds, 2), "cpu_busy_s": round(cpu, 1),
+                           "ok": ok,
                            "bytes": sum(h.bytes for h in report.hosts),
                            "from_source": sum(dict(h.senders).get("source", 0) for h in report.hosts),
                            "link_bound": _link_bound(n, args.files, mode == "hosts")}  # fmt: skip

@@ -57,7 +57,10 @@ def authorized_line(key: KeyPair, model_dir: str, from_ips: Iterable[str], run_i
 
 
 _ADD = 'umask 077; mkdir -p "$HOME/.ssh"; shift; printf "%s\\n" "$@" >> "$HOME/' + AUTHORIZED_KEYS + '"'
-_REMOVE = ('f="$HOME/' + AUTHORIZED_KEYS + '"; [ ! -f "$f" ] || sed -i "/ $1\\$/d" "$f"; rm -rf -- "$2"')
+# Each hop's SSH master (ssh_command's ControlPersist) is asked to exit before its socket goes.
+_CLOSE_MASTERS = 'for s in "$2"/*.cm-*; do [ ! -S "$s" ] || ssh -o ControlPath="$s" -O exit fleet >/dev/null 2>&1; done; '
+_REMOVE = (_CLOSE_MASTERS + 'f="$HOME/' + AUTHORIZED_KEYS + '"; [ ! -f "$f" ] || sed -i "/ $1\\$/d" "$f"; rm -rf -- "$2"')
+CONTROL_PERSIST_S = 60  # an idle hop's master outlives a lost clean-up by at most this
 
 
 def authorize_argv(lines: Iterable[str]) -> tuple[str, ...]:
@@ -65,8 +68,13 @@ def authorize_argv(lines: Iterable[str]) -> tuple[str, ...]:
 
 
 def cleanup_argv(run_id: str) -> tuple[str, ...]:
-    """Removes this run's authorized_keys lines and its run dir (idempotent)."""
+    """Ends the run's SSH masters, removes its authorized_keys lines and its run dir (idempotent)."""
     return ("sh", "-c", _REMOVE, "fleet-weights", marker(run_id), run_dir(run_id))
+
+
+def close_masters_argv(directory: str) -> tuple[str, ...]:
+    """Ends the SSH masters whose sockets are in ``directory`` (the control host's pushes)."""
+    return ("sh", "-c", _CLOSE_MASTERS, "fleet-weights", "-", directory)
 
 
 def known_hosts_lines(address: str, port: int, keys: Mapping[str, object]) -> list[str]:
@@ -77,8 +85,12 @@ def known_hosts_lines(address: str, port: int, keys: Mapping[str, object]) -> li
             for t, k in sorted(keys.items())]
 
 
-def ssh_command(key_file: str, known_hosts: str, port: int) -> str:
-    """rsync's ``-e``: strict host keys, only the run's key, never a prompt."""
+def ssh_command(key_file: str, known_hosts: str, port: int, *, control: str) -> str:
+    """rsync's ``-e``: strict host keys, only the run's key, never a prompt.  One login per hop:
+    the first transfer's ssh becomes a master (socket ``<control>.cm-<hash of the hop>``, so two
+    models' keys never share one) that later transfers of that hop open sessions on."""
     return shlex.join(("ssh", "-p", str(port), "-i", key_file, "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
                        "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={known_hosts}",
-                       "-o", "GlobalKnownHostsFile=/dev/null", "-o", "ConnectTimeout=10"))  # fmt: skip
+                       "-o", "GlobalKnownHostsFile=/dev/null", "-o", "ConnectTimeout=10",
+                       "-o", "ControlMaster=auto", "-o", f"ControlPath={control}.cm-%C",
+                       "-o", f"ControlPersist={CONTROL_PERSIST_S}"))  # fmt: skip

@@ -45,7 +45,7 @@ from launcher.weights.manifest import (
     MANIFEST_NAME, SKIP, Listing, Manifest, Mismatch, compare, for_host, from_listing, parse_scan, to_json,
 )  # fmt: skip
 from launcher.weights.needs import ModelNeed
-from launcher.weights.spread import SOURCE, Spread, Transfer
+from launcher.weights.spread import SOURCE, Spread, Transfer, chunk_bytes
 
 SCAN_TIMEOUT_S = 6 * 3600.0  # hashing hundreds of GB
 TRANSFER_TIMEOUT_S = 24 * 3600.0  # one file; rsync's own --timeout catches a stalled link
@@ -249,11 +249,16 @@ def _moved(text: str, way: str) -> int:
     return int(re.sub(r"[,.]", "", m.group(1))) if m else 0
 
 
-def _rsync_argv(ssh: str, src: str, dst: str) -> tuple[str, ...]:
-    # -I: the scan already decided this file differs; rsync's own quick check (size + mtime)
+def _rsync_argv(ssh: str, src_dir: str, dst_dir: str) -> tuple[str, ...]:
+    """One batch: the files named NUL-separated on stdin, relative to both dirs."""
+    # -I: the scan already decided these files differ; rsync's own quick check (size + mtime)
     # would skip a same-size file corrupted under an unchanged mtime.
-    return ("rsync", "-a", "-I", "--stats", "--mkpath", f"--partial-dir={PARTIAL_DIR}",
-            f"--timeout={RSYNC_IO_TIMEOUT_S}", "-e", ssh, src, dst)  # fmt: skip
+    return ("rsync", "-a", "-I", "--stats", "--mkpath", f"--partial-dir={PARTIAL_DIR}", "--from0",
+            "--files-from=-", f"--timeout={RSYNC_IO_TIMEOUT_S}", "-e", ssh, src_dir, dst_dir)  # fmt: skip
+
+
+def _file_list(tr: Transfer) -> bytes:
+    return b"".join(rel.encode() + b"\0" for _, rel in tr.items)
 
 
 def stage(inventory: Inventory, needs: Sequence[ModelNeed], source: Source, connector: SshConnector, *,
@@ -313,6 +318,7 @@ def stage(inventory: Inventory, needs: Sequence[ModelNeed], source: Source, conn
     else:
         cleanup(inventory, touched, run_id, connector, forks)
     finally:
+        subprocess.run(auth.close_masters_argv(local_dir), capture_output=True, timeout=60)
         shutil.rmtree(local_dir, ignore_errors=True)
     results = [bad.get(h.name) or HostResult(
         host=h.name, status="failed" if jobs[h.name].error else "ok", files=jobs[h.name].files,
@@ -384,7 +390,7 @@ def _install_auth(inventory: Inventory, needs: Sequence[ModelNeed], source: Sour
                                  "instead of a directory on this host")
             lines.update(auth.known_hosts_lines(end.address, end.port, connector.known_keys(end)))
             push[h] = (f"{end.user}@{end.address}:", auth.ssh_command(end.key_files[0] if end.key_files else "",
-                                                                      kh, end.port))
+                                                                      kh, end.port, control=os.path.join(local_dir, "push")))
         with open(kh, "w") as f:
             f.write("\n".join(sorted(lines)) + "\n")
 
@@ -425,21 +431,24 @@ def _spread(inventory: Inventory, jobs: Mapping[str, _Job], wants: Mapping[str, 
     local = LocalTransport()
 
     def run(tr: Transfer) -> int:
-        model, rel = tr.item
-        dst = posixpath.join(routes.dest[(model, tr.dst)], rel)
+        dst = routes.dest[(tr.model, tr.dst)] + "/"
         if tr.src == SOURCE and tr.dst in routes.push:
             where, e = routes.push[tr.dst]
-            r = local.run(_rsync_argv(e, os.path.join(routes.source_dirs[model], rel), where + dst),
-                          timeout=TRANSFER_TIMEOUT_S, check=True)
+            r = local.run(_rsync_argv(e, routes.source_dirs[tr.model] + "/", where + dst), stdin=_file_list(tr),
+                          timeout=TRANSFER_TIMEOUT_S, check=True)  # fmt: skip
             return _moved(r.stdout_text, "push")
         t = connector.connect(inventory.host(tr.dst))
-        # The sender's sshd on its data address, at the port fleet reaches it on.
-        where, port = routes.remote[(model, tr.src)]
-        e = auth.ssh_command(routes.keys[(model, tr.dst)], routes.known_hosts, port)
-        r = t.run(_rsync_argv(e, where + rel, dst), timeout=TRANSFER_TIMEOUT_S, check=True)
+        # The sender's sshd on its data address, at the port fleet reaches it on; "." is the
+        # model dir (rrsync's root).
+        where, port = routes.remote[(tr.model, tr.src)]
+        key = routes.keys[(tr.model, tr.dst)]
+        e = auth.ssh_command(key, routes.known_hosts, port, control=key)
+        r = t.run(_rsync_argv(e, where + ".", dst), stdin=_file_list(tr), timeout=TRANSFER_TIMEOUT_S, check=True)
         return _moved(r.stdout_text, "pull")
 
-    plan = Spread(wants, holders, use_hosts=use_hosts, source_host=source_host)
+    receivers = sum(1 for items in wants.values() if items)
+    plan = Spread(wants, holders, use_hosts=use_hosts, source_host=source_host, sizes=sizes,
+                  chunk=chunk_bytes({it: sizes[it] for items in wants.values() for it in items}, receivers))
     pool = cf.ThreadPoolExecutor(max_workers=max(1, min(forks, len(jobs))), thread_name_prefix="fleet-weights")
     try:
         running = {pool.submit(run, tr): tr for tr in plan.start()}
@@ -451,13 +460,14 @@ def _spread(inventory: Inventory, jobs: Mapping[str, _Job], wants: Mapping[str, 
                 try:
                     job.bytes += fut.result()
                 except FleetError as err:
-                    job.error = f"{tr.item[1]} from {tr.src or 'the source'}: {err}"
+                    job.error = f"{tr.items[0][1]}{f' (+{len(tr.items) - 1} files)' if len(tr.items) > 1 else ''} " \
+                                f"from {tr.src or 'the source'}: {err}"
                     progress.end(tr.dst, False)
                     nxt = plan.failed(tr)
                 else:
-                    job.files += 1
-                    job.senders[tr.src or "source"] += 1
-                    job.done += sizes[tr.item]
+                    job.files += len(tr.items)
+                    job.senders[tr.src or "source"] += len(tr.items)
+                    job.done += sum(sizes[it] for it in tr.items)
                     progress.advance(tr.dst, job.done)
                     nxt = plan.done(tr)
                 running.update({pool.submit(run, n): n for n in nxt})
