@@ -13,8 +13,9 @@ export DEBIAN_FRONTEND=noninteractive
 # python3-setuptools + python3-wheel: tests/unit/test_packaging.py builds the wheel offline with the OS python3.
 # prometheus: tests/observe starts a real Prometheus on loopback to scrape the targets fleet writes.
 # mmdebstrap: builds the root filesystem of the sandbox's systemd hosts (launcher/sandbox/systemd_host.py).
+# vmtouch: `fleet weights warm` runs it on the hosts (the sandbox hosts share this machine's /usr).
 apt_pkgs=(openssh-server openssh-client iproute2 nftables iptables busybox-static docker.io systemd curl libibverbs1 shellcheck rsync
-          python3-pip python3-setuptools python3-wheel prometheus mmdebstrap)
+          python3-pip python3-setuptools python3-wheel prometheus mmdebstrap vmtouch)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -160,6 +160,35 @@ def test_stage_verify_repair_and_refuse(sandbox_fleet: Sandbox, source: Path) ->
     assert _fleet(sb, "verify", str(PLAYBOOK), "--full").returncode == 0
 
 
+def _resident(paths: list[Path]) -> int:
+    out = subprocess.run(["fincore", "-b", "-n", "-o", "RES", *map(str, paths)], check=True, capture_output=True,
+                         text=True)  # fmt: skip
+    return sum(int(x) for x in out.stdout.split())
+
+
+def test_warm_reads_the_staged_copies_into_the_page_cache(sandbox_fleet: Sandbox, source: Path) -> None:
+    """``warm`` reads every host's staged copies into the page cache: the host kernel's, which
+    the sandbox hosts share with this machine (as a real host's containers share its), so
+    ``fincore`` here sees the result.  The copies' pages are evicted first (``vmtouch -e`` on
+    those dirs only, after writing them back: dirty pages cannot be dropped)."""
+    sb = sandbox_fleet
+    assert _fleet(sb, "stage", str(PLAYBOOK), "--source", str(source)).returncode == 0
+    dirs = [_on_host(sb, h, f"/srv/models/{m}") for h in HOSTS for m in (TARGET, DRAFT)]
+    files = [p for d in dirs for p in d.rglob("*") if p.is_file()]
+    subprocess.run(["sync", "--", *map(str, files)], check=True)
+    subprocess.run(["vmtouch", "-q", "-e", *map(str, dirs)], check=True)
+    assert _resident(files) == 0
+    r = _fleet(sb, "warm", str(PLAYBOOK), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    page = os.sysconf("SC_PAGE_SIZE")
+    size = sum(-(-p.stat().st_size // page) * page for p in files) // len(HOSTS)
+    assert [(h["host"], h["bytes"], h["resident_before"], h["resident_after"]) for h in doc["hosts"]] == [
+        (h, size, 0, size) for h in HOSTS]
+    assert _resident(files) == size * len(HOSTS)
+    assert r.stderr.splitlines()[-1] == f"fleet: weights warm: {len(HOSTS)} host(s), {size * len(HOSTS)} bytes read into the page cache"
+
+
 def test_preflight_and_up_read_the_manifests(sandbox_fleet: Sandbox, source: Path, tmp_path: Path) -> None:
     """With ``weights: staged`` the units read the staged copies offline; preflight passes each
     rank's copy by its manifest, fails a copy that lost a file, and ``fleet up`` refuses to start
