@@ -82,11 +82,13 @@ def _print_report(report: Report, as_json: bool) -> None:
               help="Routers serving this deployment (rolling rollouts drain groups out of them).")
 @targets_file_option
 @bench_gate_option
+@click.option("--warm", is_flag=True, help="After preflight, read the staged weights into every host's page cache "
+                                           "(fleet weights warm) before starting anything.")
 def up_command(
     playbook: str, inventory_path: str, forks: int, trust_new_hosts: bool, known_hosts: tuple[str, ...],
     limit_pattern: str | None, check: bool, diff: bool, timeout_s: float | None, as_json: bool, quiet: bool,
     break_lock: bool, secrets: tuple[str, ...], skip_preflight: bool, router_urls: tuple[str, ...],
-    targets_file: str | None, bench_gate: bool | None,
+    targets_file: str | None, bench_gate: bool | None, warm: bool,
 ) -> None:  # fmt: skip
     """Bring PLAYBOOK's units up (idempotent: unchanged units are left alone).  The cheap
     preflight checks run first (facts, GPUs, HCAs, GIDs, reachability, weights, ports) and stop
@@ -94,6 +96,8 @@ def up_command(
     inputs = load_inputs(playbook, inventory_path)
     if bench_gate and inputs.playbook.rollout.strategy != "rolling":
         raise UsageError("--bench-gate gates the batches of a rolling rollout: the playbook needs rollout.strategy: rolling")
+    if warm and (check or limit_pattern):
+        raise UsageError("--warm reads the weights on every host of the deployment: not with --check or --limit")
     secret_values = resolve(inputs.playbook.secrets, secrets)  # a missing secret stops us before any host
     rolling = not check and inputs.playbook.rollout.strategy == "rolling"
     options = Options(forks=forks, check=check, diff=diff, timeout_s=timeout_s, break_lock=break_lock)
@@ -105,6 +109,10 @@ def up_command(
         if not skip_preflight:
             # Planned with the facts the gate just gathered (gid_index: auto resolves there).
             the_plan = gate(inputs, connector, forks=forks, quiet=quiet or as_json).plan
+        if warm:
+            from launcher.cli.weights import warm_hosts
+
+            warm_hosts(inputs, connector, forks, the_plan)
         dep = deployment(inputs, the_plan)
         target = unlocked_by(target_of(dep, limit_pattern, secret_values), playbook, inventory_path)
         # The targets cover the whole deployment, whatever --limit touched.

@@ -18,6 +18,8 @@ from launcher.cli import cli
 from launcher.cli.common import connector as _connector, execute_log_to_stderr as _execute_log_to_stderr
 from launcher.cli.common import ssh_options as _ssh_options
 from launcher.output import dumps, print_table, table
+from launcher.execute.ssh import SshConnector
+from launcher.model import Plan
 from launcher.pipeline import Inputs, load_inputs, planned
 from launcher.deploy.secrets import resolve
 from launcher.weights.disk import gib
@@ -27,8 +29,8 @@ from launcher.weights.stage import Progress, Report, parse_source, source_manife
 from launcher.weights.warm import Warmed, warm
 
 
-def _needs(inputs: Inputs) -> tuple[ModelNeed, ...]:
-    return model_needs(planned(inputs), inputs.inventory, inputs.catalog.get(inputs.playbook.recipe))
+def _needs(inputs: Inputs, the_plan: Plan | None = None) -> tuple[ModelNeed, ...]:
+    return model_needs(the_plan or planned(inputs), inputs.inventory, inputs.catalog.get(inputs.playbook.recipe))
 
 
 def report_json(report: Report) -> dict[str, object]:
@@ -185,13 +187,18 @@ def warm_command(playbook: str, inventory_path: str, known_hosts: tuple[str, ...
     -t on the host paths the units mount), so the engines' first load reads memory, not disk.
     Reports per host the bytes resident before and after.  Needs vmtouch on the hosts."""
     inputs = load_inputs(playbook, inventory_path)
-    needs = _needs(inputs)
     with _execute_log_to_stderr(), _connector(known_hosts, trust_new_hosts) as connector:
-        warmed = warm(inputs.inventory, needs, connector, forks=forks)
+        warmed = warm_hosts(inputs, connector, forks)
     if as_json:
         click.echo(dumps(warm_json(warmed)))
     else:
         print_table(table(("host", "size", "resident before", "resident after", "seconds"),
                           [(w.host, gib(w.total), gib(w.before), gib(w.after), f"{w.seconds:.1f}") for w in warmed]))
+
+
+def warm_hosts(inputs: Inputs, connector: SshConnector, forks: int, the_plan: Plan | None = None) -> tuple[Warmed, ...]:
+    """``fleet weights warm`` (also ``fleet up --warm``): warms and says so in one line on stderr."""
+    warmed = warm(inputs.inventory, _needs(inputs, the_plan), connector, forks=forks)
     click.echo(f"fleet: weights warm: {len(warmed)} host(s), {sum(w.after - w.before for w in warmed)} bytes read "
                "into the page cache", err=True)
+    return warmed

@@ -5,7 +5,7 @@ SSH host runs, run here -- a sandbox or real host shares its kernel's page cache
 Proves: after ``warm`` every page of the model dirs is resident (per util-linux ``fincore``, not
 vmtouch's own word) and the report says what was resident before (nothing, after ``vmtouch -e``)
 and after (all); a host without vmtouch, or without the staged dir, is named in one line and no
-host is read."""
+host is read; ``fleet up --warm`` refuses --check and --limit (exit 2)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from launcher.weights.needs import ModelNeed
 from launcher.weights.warm import WarmRefused, parse_resident, vmtouch_argv, warm
 from tests.preflight.factory import host, inventory
 
+REPO = Path(__file__).resolve().parents[2]
 INV = inventory(host("h1", "10.0.0.1"), host("h2", "10.0.0.2"))
 MB = 1024 * 1024
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -103,3 +104,11 @@ def test_the_vmtouch_command_and_report() -> None:
     with pytest.raises(ValueError):
         parse_resident("vmtouch: FATAL: x")
     assert issubclass(WarmRefused, FleetError)
+
+
+@pytest.mark.parametrize("flag", [("--check",), ("--limit", "h1")])
+def test_up_warm_refuses_check_and_limit(flag: tuple[str, ...]) -> None:
+    proc = subprocess.run(["fleet", "up", "playbooks/multinode-deepseek-pp2-6000d.yaml", "-i", "inventories/example.yaml",
+                           "--warm", *flag], capture_output=True, text=True, cwd=REPO, timeout=60)  # fmt: skip
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        2, "", "fleet: error: --warm reads the weights on every host of the deployment: not with --check or --limit\n")
