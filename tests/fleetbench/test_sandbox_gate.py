@@ -4,7 +4,10 @@ TTFT is mostly the engine's and not the loaded machine's) behind the real sglang
 50% threshold (TTFT p50 of an engine as fast jittered by up to +37% on this loaded 2-core box; a
 2x slower engine has no request within the SLO's TPOT: goodput -100%).  A v2 twice as slow per token is measured after its first batch and put back on
 generation 1: exit 1, both numbers in the error, the second group never touched, while a bounded
-load through the router sees no failed request.  A v2 as fast rolls through both batches."""
+load through the router sees no failed request.  A v2 as fast rolls through both batches.  Then
+``fleet restart`` (the playbook's rolling rollout, so gated by its ``rollout.bench_gate``) with the
+slow playbook -- a restart installs what the playbook renders -- is put back after its first batch
+the same way."""
 
 from __future__ import annotations
 
@@ -108,4 +111,15 @@ def test_a_slower_generation_is_rolled_back_a_fast_one_rolls_through(sandbox_fle
     assert [g["outcome"] for g in report["groups"] if g["group"] != f"{DEPLOYMENT}/router"] == ["restarted", "restarted"]
     assert any(n.startswith("bench gate baseline (previous generation)") for n in report["notes"]), report["notes"]
     assert sum(n.startswith("bench gate passed") for n in report["notes"]) == 2, report["notes"]
+    assert gens(sb, pbs["v1"]) == {"h1": 2, "h2": 2}
+
+    restart = fleet(sb, "restart", str(pbs["v2-slow"]), "--json", env=env)
+    assert restart.returncode == 1, restart
+    report = json.loads(restart.stdout)
+    outcomes = [(g["outcome"], g["generation_after"]) for g in report["groups"] if g["group"] != f"{DEPLOYMENT}/router"]
+    assert outcomes == [("restored", 2), ("not-reached", 2)], report["groups"]
+    gate_lines = [e for e in report["errors"] if "bench gate:" in e]
+    assert len(gate_lines) == 1 and re.search(r"goodput [\d.]+ -> [\d.]+ tok/s \(-[\d.]+%\), TTFT p50 [\d.]+ -> [\d.]+ ms",
+                                              gate_lines[0]), report["errors"]  # fmt: skip
+    assert any(n.startswith("bench gate baseline (previous generation)") for n in report["notes"]), report["notes"]
     assert gens(sb, pbs["v1"]) == {"h1": 2, "h2": 2}
