@@ -16,7 +16,9 @@ and ``forks`` bounds work, not waiting.  A round that comes back in less than a 
 to one step, so hosts answering at once cannot spin the gate.
 
 Contract: :func:`gate` returns, per group, None (healthy) or the one-line error; it never stops
-or removes anything (the caller tears failed groups down).  A host whose wait fails (unreachable,
+or removes anything (the caller tears failed groups down).  A group whose ranks died names one
+culprit: the first dead rank, in group order, whose dead run's line names a cause rather than a
+lost peer -- whichever rank died first.  A host whose wait fails (unreachable,
 timed out, an unreadable answer) fails the groups with units on it, with an error naming the
 host.  Transports are only used by the thread handling their host, one wait at a time.
 """
@@ -31,7 +33,14 @@ from typing import Callable, Mapping, Sequence
 from launcher.deploy.desired import Desired
 from launcher.deploy.fan import each
 from launcher.deploy.remote import STEP_TIMEOUT_S, show
-from launcher.deploy.steps import FAILURE_LINES_READ, Liveness, failure_lines, failure_logs_argv
+from launcher.deploy.steps import (
+    FAILURE_LINES_READ,
+    Liveness,
+    failure_lines,
+    failure_logs_argv,
+    peer_lost,
+    run_liveness,
+)
 from launcher.deploy.wait import Seen, run_wait
 from launcher.errors import FleetError
 from launcher.execute.transport import Transport
@@ -94,7 +103,7 @@ def gate(
             verdict = _judge(units, observed, expired=now >= deadlines[g], waited=now - start)
             if verdict is not None:
                 if verdict.error is not None:
-                    verdict = _with_logs(verdict, units, observed, transports)
+                    verdict = _with_logs(verdict, units, observed, transports, forks)
                 verdicts[g] = verdict
                 for d in units:
                     state = "healthy" if verdict.healthy else "failed"
@@ -123,13 +132,8 @@ def _judge(
         seen = observed[d.host]
         if isinstance(seen, FleetError):
             return Verdict(error=seen)
-        live = seen.live[d.name]
-        if dead(live):
-            if live.state == "running":  # restarted by its runtime: the exit status is the new run's
-                times = "once" if live.restarts == 1 else f"{live.restarts} times"
-                return Verdict(error=_UnitDied(d, f"restarted {times} by its runtime while its group was starting"))
-            code = f"exit {live.exit_code}" if live.exit_code is not None else "no exit status"
-            return Verdict(error=_UnitDied(d, f"{live.state} while its group was starting ({code})"))
+        if dead(seen.live[d.name]):
+            return Verdict(error=_died(d, seen.live[d.name]))
     seen_all = [(d, observed[d.host]) for d in units]
     healthy = all(
         isinstance(s, Seen) and s.live[d.name].state == "running" and s.probes.get(d.name, d.unit.health is None)
@@ -143,16 +147,29 @@ def _judge(
             units[0],
         )
         what = f"not healthy at {waiting.unit.health.url}" if waiting.unit.health else "not running"
-        return Verdict(error=_UnitDied(waiting, f"{what} after {waited:.0f}s"))
+        return Verdict(error=_UnitDied(waiting, None, f"{what} after {waited:.0f}s"))
     return None
 
 
+def _died(d: Desired, live: Liveness) -> _UnitDied:
+    """The error of a unit that is :func:`dead`."""
+    if live.state == "running":  # restarted by its runtime: the exit status is the new run's
+        times = "once" if live.restarts == 1 else f"{live.restarts} times"
+        return _UnitDied(d, live, f"restarted {times} by its runtime while its group was starting")
+    code = f"exit {live.exit_code}" if live.exit_code is not None else "no exit status"
+    return _UnitDied(d, live, f"{live.state} while its group was starting ({code})")
+
+
 class _UnitDied(HealthError):
-    def __init__(self, d: Desired, what: str) -> None:
+    def __init__(self, d: Desired, live: Liveness | None, what: str) -> None:
         self.desired = d
+        self.live = live  # None: running, but not healthy by the deadline
         self.what = what
         started_by = show(d.start[-1]) if d.start else d.name
         super().__init__(f"{d.host}: {started_by}: {d.name} {what}")
+
+
+_Log = tuple[list[str], str]  # failure_lines: (the last lines, the line naming the failure)
 
 
 def _with_logs(
@@ -160,16 +177,65 @@ def _with_logs(
     units: Sequence[Desired],
     observed: Mapping[str, Seen | FleetError],
     transports: Mapping[str, Transport],
+    forks: int,
 ) -> Verdict:
-    """Adds the failing unit's last log lines and the line naming its failure (one extra round
-    trip, on failure only)."""
+    """Names the group's culprit with its dead run's last log lines and the line naming its
+    failure (on failure only).
+
+    Ranks of a group often die together, and which goes first is chance; so every dead unit's
+    log is read (per host: liveness once more -- a rank seen alive a moment before its peer
+    reported it lost counts as dead -- and one log read per dead unit) and :func:`_culprit`
+    picks."""
     err = verdict.error
     if not isinstance(err, _UnitDied):
         return verdict
-    d = err.desired
-    seen = observed[d.host]
-    restarted = isinstance(seen, Seen) and seen.live[d.name].restarts > 0
-    result = transports[d.host].run(failure_logs_argv(d.unit.runtime, d.name, FAILURE_LINES_READ), timeout=STEP_TIMEOUT_S)
-    lines, last = failure_lines(d.unit.runtime, result.stdout_text, restarted)
-    message = f"{err}: {last}" if last else str(err)
-    return Verdict(error=HealthError(message), detail="\n".join(lines), culprit=(d.host, d.name))
+    if err.live is None:  # the deadline: the unit that never answered
+        died, (lines, last) = err, _failure_log(transports[err.desired.host], err, restarted=False)
+    else:
+        seen = {d.host: s for d in units if isinstance(s := observed[d.host], Seen)}
+        found = each(sorted(seen), lambda h: _deaths(transports[h], [d for d in units if d.host == h], seen[h]), forks)
+        died, (lines, last) = _culprit(err, units, found)
+    message = f"{died}: {last}" if last else str(died)
+    return Verdict(error=HealthError(message), detail="\n".join(lines), culprit=(died.desired.host, died.desired.name))
+
+
+def _culprit(
+    err: _UnitDied, units: Sequence[Desired], found: Mapping[str, list[tuple[_UnitDied, _Log]] | FleetError]
+) -> tuple[_UnitDied, _Log]:
+    """The dead unit (``found`` per host, ``err`` the gate's own when its host failed now) whose
+    failure the group's error names: the first in group order by :func:`_weight` -- a rank
+    whose line only reports a lost peer (:func:`~launcher.deploy.steps.peer_lost`) died of
+    another's failure."""
+    deaths: dict[str, tuple[_UnitDied, _Log]] = {err.desired.name: (err, ([], ""))}
+    for on_host in found.values():
+        if not isinstance(on_host, FleetError):
+            deaths.update((died.desired.name, (died, log)) for died, log in on_host)
+    ordered = [deaths[d.name] for d in units if d.name in deaths]
+    return min(ordered, key=lambda death: _weight(death[1][1]))  # min keeps the first of equals
+
+
+def _weight(line: str) -> int:
+    """How little a dead unit's failure line says about the group's failure: a cause, no line
+    (killed without a word, or unread), a lost peer."""
+    return 2 if peer_lost(line) else 0 if line else 1
+
+
+def _deaths(t: Transport, units: Sequence[Desired], seen: Seen) -> list[tuple[_UnitDied, _Log]]:
+    """The units on ``t``'s host that were dead when last seen or are now (as last seen, if
+    dead then), with their logs."""
+    now: dict[str, Liveness] = {}
+    for runtime in ("docker", "systemd"):
+        now.update(run_liveness(t, runtime, [d.name for d in units if d.unit.runtime == runtime]))
+    out = []
+    for d in units:
+        then = seen.live[d.name]
+        if dead(then) or dead(now[d.name]):
+            died = _died(d, then if dead(then) else now[d.name])
+            out.append((died, _failure_log(t, died, restarted=then.restarts + now[d.name].restarts > 0)))
+    return out
+
+
+def _failure_log(t: Transport, died: _UnitDied, *, restarted: bool) -> _Log:
+    d = died.desired
+    result = t.run(failure_logs_argv(d.unit.runtime, d.name, FAILURE_LINES_READ), timeout=STEP_TIMEOUT_S)
+    return failure_lines(d.unit.runtime, result.stdout_text, restarted)

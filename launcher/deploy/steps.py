@@ -264,6 +264,22 @@ _EXCEPTION = re.compile(r"^(?:\(\w+ pid=\d+\) \w+ [\d-]+ [\d:.]+ \[[^\]]*\] )?"
                         r"((?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*(?:Error|Exception)|Exception): .+)$")  # fmt: skip
 
 
+# Failure lines that only say a peer rank went away: the rank that logs one died of another's
+# failure.  The stand-in's two lines (rank 0 losing a rank, a rank losing rank 0); Gloo's pair.cc
+# "Connection closed by peer [ip]:port" / "Read error [ip]:port: Connection reset by peer"; NCCL's
+# ncclRemoteError ("... a remote process exiting prematurely"); torch's TCPStore ("Connection was
+# likely closed. Did the remote server shutdown or crash?").
+_PEER_LOST = re.compile(
+    r"process group is broken|transport/tcp/pair\.cc:\d+\].*(?:closed|reset) by peer|ncclRemoteError"
+    r"|remote process exit|Did the remote server shutdown or crash"
+)
+
+
+def peer_lost(line: str) -> bool:
+    """Whether a failure line (see :func:`failure_lines`) only reports a lost peer rank."""
+    return _PEER_LOST.search(line) is not None
+
+
 def _ns(stamp: str) -> str:
     """An RFC 3339 UTC timestamp with its fraction padded to nanoseconds: docker trims trailing
     zeros, so raw strings do not sort by time."""

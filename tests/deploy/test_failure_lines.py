@@ -1,8 +1,11 @@
-"""The line fleet's start error quotes from a unit that died (``steps.failure_lines``)."""
+"""The line fleet's start error quotes from a unit that died (``steps.failure_lines``), and which
+such lines only report a lost peer rank (``steps.peer_lost``)."""
 
 from __future__ import annotations
 
-from launcher.deploy.steps import FAILURE_LINES_SHOWN, failure_lines
+import pytest
+
+from launcher.deploy.steps import FAILURE_LINES_SHOWN, failure_lines, peer_lost
 
 STARTED = "2026-12-01T15:42:30.000000000Z"
 
@@ -31,3 +34,22 @@ def test_without_an_exception_the_last_line_and_only_the_tail_is_shown() -> None
     lines, cause = failure_lines("docker", out, restarted=False)
     assert cause == "FATAL: rendezvous with rank 0 failed"
     assert len(lines) == FAILURE_LINES_SHOWN
+
+
+@pytest.mark.parametrize(("line", "lost"), [
+    ("FATAL: rank 1 (h10) disconnected: process group is broken", True),  # the stand-in's rank 0
+    ("FATAL: rank 1: lost the connection to rank 0: process group is broken", True),  # its other ranks
+    ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:10895", True),
+    ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:589] Read error [10.0.0.2]:25266: Connection reset by peer", True),
+    ("RuntimeError: NCCL error: remote process exited or there was a network error", True),
+    ("torch.distributed.DistBackendError: ncclRemoteError: A call failed possibly due to a network error or a remote "
+     "process exiting prematurely.", True),
+    ("torch.distributed.DistNetworkError: failed to recv, got 0 bytes. Connection was likely closed. Did the remote "
+     "server shutdown or crash?", True),
+    ("RuntimeError: [enforce fail at ../gloo/transport/tcp/device.cc:84] ifa != nullptr. Unable to find address for: ens9", False),
+    ("FATAL: Failed to setup Mooncake store, error code: -900 (master 198.18.0.15:50051: Connection reset by peer)", False),
+    ("RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)", False),
+    ("", False),
+])  # fmt: skip
+def test_a_line_that_only_reports_a_lost_peer(line: str, lost: bool) -> None:
+    assert peer_lost(line) is lost

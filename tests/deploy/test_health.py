@@ -5,6 +5,8 @@ hosts that answer garbage or time out (fake transports)."""
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -12,7 +14,7 @@ from typing import Sequence
 
 import pytest
 
-from launcher.deploy import wait
+from launcher.deploy import steps, wait
 from launcher.deploy.desired import Desired
 from launcher.deploy.health import Verdict, gate
 from launcher.deploy.steps import DOCKER_FORMAT
@@ -28,7 +30,8 @@ RUN0 = "h1: sh /etc/fleet/demo/fleet-demo-rank-r0/run.sh: fleet-demo-rank-r0"
 RUN1 = "h2: sh /etc/fleet/demo/fleet-demo-rank-r1/run.sh: fleet-demo-rank-r1"
 
 # Stand-ins for what a host runs.  State lives in files the test writes: docker.<name> holds
-# "status|exit code|restarts", systemd.<unit> a `systemctl show` block; a probe succeeds from
+# "status|exit code|restarts", docker.logs.<name> (else docker.logs) its log, systemd.<unit> a
+# `systemctl show` block; a probe succeeds from
 # its ready_after-th call on (never without that file) and keeps its last argv.
 DOCKER = """#!/bin/sh
 S=@STATE@
@@ -46,7 +49,8 @@ inspect)
   done
   exit $rc ;;
 logs)
-  if [ -f "$S/docker.logs" ]; then cat "$S/docker.logs"
+  if [ -f "$S/docker.logs.$5" ]; then cat "$S/docker.logs.$5"
+  elif [ -f "$S/docker.logs" ]; then cat "$S/docker.logs"
   else echo "2026-01-01T00:00:00.000000000Z FATAL: rendezvous with rank 0 failed"; fi ;;
 esac
 """
@@ -248,6 +252,57 @@ def test_a_failed_systemd_unit_is_reported_by_its_own_last_line_not_systemds(hos
         f"{RUN1} restarting while its group was starting (exit 1): "
         "2026-01-01T00:00:01+0000 h2 engine[7]: FATAL: injected failure: crash-at-start"
     )
+
+
+# What each rank of a group that died together logged last: the cause on one, the lost peer on
+# the other (the stand-in's lines for SGLang's Mooncake store setup and the rendezvous).
+MOONCAKE = "FATAL: Failed to setup Mooncake store, error code: -900 (master 198.18.0.15:50051: timed out)"
+LOST_R1 = "FATAL: rank 1 (h2) disconnected: process group is broken"
+LOST_R0 = "FATAL: rank 1: lost the connection to rank 0: process group is broken"
+GLOO_LOST = ("(Worker pid=20) ERROR 12-01 15:42:16 [multiproc_executor.py:1063] RuntimeError: "
+             "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [198.18.0.2]:21573")  # fmt: skip
+
+
+@pytest.mark.parametrize(("log0", "log1", "culprit", "error"), [
+    (LOST_R1, MOONCAKE, R1, f"{RUN1} exited while its group was starting (exit 1): {MOONCAKE}"),
+    (MOONCAKE, LOST_R0, R0, f"{RUN0} exited while its group was starting (exit 1): {MOONCAKE}"),
+    (GLOO_LOST, MOONCAKE, R1, f"{RUN1} exited while its group was starting (exit 1): {MOONCAKE}"),
+    (MOONCAKE, "FATAL: out of memory", R0, f"{RUN0} exited while its group was starting (exit 1): {MOONCAKE}"),
+    (LOST_R1, LOST_R0, R0, f"{RUN0} exited while its group was starting (exit 1): {LOST_R1}"),
+], ids=["rank1-cause", "rank0-cause", "gloo-peer-closed", "both-causes", "both-lost"])  # fmt: skip
+def test_ranks_that_died_together_are_reported_by_the_cause_not_the_lost_peer(
+    host: Host, log0: str, log1: str, culprit: str, error: str
+) -> None:
+    """Whichever rank died first: the culprit is the first rank (group order) whose line names a
+    cause, not one that only lost its peer; when both or neither do, rank 0."""
+    for name, line in ((R0, log0), (R1, log1)):
+        host.set(f"docker.{name}", "exited|1|0")
+        host.set(f"docker.logs.{name}", f"2026-01-01T00:00:00.1Z starting\n2026-01-01T00:00:05Z {line}")
+    verdict = run_gate(units(R0, R1), local("h1", "h2"))["g0"]
+    assert str(verdict.error) == error
+    assert verdict.culprit == ("h1" if culprit == R0 else "h2", culprit)
+    assert verdict.detail.splitlines() == ["starting", log0 if culprit == R0 else log1], "the culprit's own log"
+
+
+def test_a_rank_seen_alive_just_before_its_peer_lost_it_is_read_again() -> None:
+    """The wait of rank 1's host ended a moment before rank 1 died; rank 0's saw rank 0 dead of
+    it: liveness is read again, so rank 1's cause is named."""
+    def seen(name: str, state: str) -> bytes:
+        return f"{wait.MARK}docker\n/{name}|{state}\n{wait.MARK}systemd\n\n{wait.MARK}probe 0 0\n{wait.MARK}end\n".encode()
+
+    def logs(line: str) -> Reply:
+        return Reply(match="docker logs --timestamps", stdout=f"2026-01-01T00:00:00Z\n2026-01-01T00:00:05Z {line}\n".encode())
+
+    inspect = re.escape(shlex.quote(steps._INSPECT))
+    transports: dict[str, Transport] = {
+        "h1": FakeTransport("h1", [logs(LOST_R1), Reply(match=inspect, stdout=f"/{R0}|exited|1|0\n".encode()),
+                                   Reply(match="", stdout=seen(R0, "exited|1|0"))]),
+        "h2": FakeTransport("h2", [logs(MOONCAKE), Reply(match=inspect, stdout=f"/{R1}|exited|1|0\n".encode()),
+                                   Reply(match="", stdout=seen(R1, "running|0|0"))]),
+    }  # fmt: skip
+    verdict = run_gate(units(R0, R1), transports)["g0"]
+    assert str(verdict.error) == f"{RUN1} exited while its group was starting (exit 1): {MOONCAKE}"
+    assert verdict.culprit == ("h2", R1)
 
 
 def test_deadline_fails_a_group_whose_endpoint_never_answers(host: Host) -> None:

@@ -157,10 +157,6 @@ def test_preflight_refuses_a_filtered_master_port(sb: Sandbox, tmp_path: Path) -
             fleet(sb, "down", str(pb), "-q", "--break-lock")
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known regression (CI dry runs on a quiet machine, since c4bbfe4 quotes the dead run's first "
-    "exception): when both ranks of a group die, the culprit shown can be rank 0 with the peer-"
-    "disconnect line instead of the rank with SGLang's Mooncake FATAL line; to fix next session"))
 def test_ranks_that_cannot_mount_fail_up_with_one_line_each(sb: Sandbox, tmp_path: Path) -> None:
     """Past the gate (skipped here; a firewall may also change after it): every prefill group fails
     on its ranks' SGLang line, one error line per group naming its host and unit; no prefill rank
