@@ -49,7 +49,7 @@ from typing import Mapping, Sequence
 
 import jinja2
 
-from launcher import quoting
+from launcher import hostscripts, quoting
 from launcher.errors import PlanError
 from launcher.model import STOP_TIMEOUT_S as STOP_TIMEOUT_S  # re-exported: the deploy layer reads it here
 from launcher.model import ContainerSpec, Plan, Runtime, Unit
@@ -88,24 +88,13 @@ class RenderedFile:
     mode: int
 
 
-# Removing a unit: docker stops it with SIGTERM and the drain grace ($2, if given) and removes
-# the container; systemd disables it too, so a reboot does not bring it back.  Gone already is
-# fine.
-_DOCKER_RM = (
-    'if [ -n "$2" ]; then docker stop -t "$2" "$1" >/dev/null 2>&1; fi; '
-    'out=$(docker rm -f "$1" 2>&1) || case "$out" in *"No such container"*) ;; '
-    '*) printf "%s\\n" "$out" >&2; exit 1 ;; esac'
-)
-_SYSTEMD_STOP = (
-    'out=$(systemctl disable --now "$1" 2>&1) || case "$out" in *"not loaded"*|*"does not exist"*|*"not found"*) ;; '
-    '*) printf "%s\\n" "$out" >&2; exit 1 ;; esac'
-)
-# A multi-node group going down: once one rank stops, the others fail (their process group is
-# broken) and docker's restart policy brings them back at once -- and a `docker stop` that lands
-# during that restart waits for the new process instead of stopping it.  So every rank of the
-# group gets `--restart=no` on every host before any rank is stopped.  systemd needs nothing:
-# `systemctl stop` cancels a pending automatic restart.
-_DOCKER_HOLD = 'docker update --restart=no "$@" >/dev/null 2>&1; true'
+# Removing a unit, gone already or not (docker: stop with a drain grace, remove; systemd: disable
+# too, so a reboot does not bring it back); holding a multi-node group's docker ranks before any
+# is stopped (systemd needs nothing: `systemctl stop` cancels a pending automatic restart).  The
+# scripts' headers say why and how.
+_DOCKER_RM = hostscripts.text("docker-remove.sh")
+_SYSTEMD_STOP = hostscripts.text("systemd-remove.sh")
+_DOCKER_HOLD = hostscripts.text("docker-hold.sh")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
