@@ -1,7 +1,7 @@
-"""Bench-gated rollouts (``rollout.bench_gate`` / ``fleet up --bench-gate``): a short bench of
-the previous generation's first batch, taken out of its routers and drained, is the baseline;
-after each batch restarts healthy, the same bench runs against that batch's new-generation
-groups, addressed directly (their rank 0 URLs, never through a router).  A batch whose goodput
+"""Bench-gated rollouts (``rollout.bench_gate`` / ``--bench-gate``): a short bench of each
+batch's previous generation, taken out of its routers and drained, is that batch's baseline;
+after the batch restarts healthy, the same bench runs against its new-generation groups,
+addressed directly (their rank 0 URLs, never through a router).  A batch whose goodput
 dropped, or whose TTFT p50 rose, by more than the threshold fails the gate: the rollout puts it
 back on the previous generation and stops, with both numbers.
 
@@ -93,15 +93,23 @@ class Gate:
         return f"{s.shape.label} x{s.concurrency} ({s.requests} requests)"
 
     def before(self, urls: Sequence[str]) -> None:
-        """Measure the previous generation (once: the first batch, drained, out of its routers)."""
-        if self.baseline is not None:
+        """Measure the previous generation on the batch about to restart (drained, out of its
+        routers): that batch's baseline.  Taken right before the batch restarts, on the same
+        groups, so both numbers see the same hosts and the machine loaded alike (a baseline
+        taken once at the start drifts with the load over a long rollout).  A later batch whose
+        previous generation completes nothing is compared with the last baseline; the first
+        batch's is an error."""
+        now = self._measure(urls)
+        if now.completed == 0:
+            if self.baseline is None:
+                raise FleetError(f"bench gate: the previous generation completed no request at {self._where()}")
+            self.notes.append(f"bench gate: the previous generation of this batch completed no request at {self._where()}: "
+                              "compared with the last baseline")  # fmt: skip
             return
-        self.baseline = self._measure(urls)
-        b = self.baseline
-        self.notes.append(f"bench gate baseline (previous generation) at {self._where()}: goodput {b.goodput_tok_s:.1f} tok/s, "
-                          f"TTFT p50 {b.ttft_ms_p50 if b.ttft_ms_p50 is None else round(b.ttft_ms_p50, 1)} ms")  # fmt: skip
-        if b.completed == 0:
-            raise FleetError(f"bench gate: the previous generation completed no request at {self._where()}")
+        self.baseline = now
+        ttft = None if now.ttft_ms_p50 is None else round(now.ttft_ms_p50, 1)
+        self.notes.append(f"bench gate baseline (previous generation) at {self._where()}: goodput "
+                          f"{now.goodput_tok_s:.1f} tok/s, TTFT p50 {ttft} ms")  # fmt: skip
 
     def after(self, urls: Sequence[str]) -> str | None:
         """None when the new generation's groups at ``urls`` pass; else the reason."""

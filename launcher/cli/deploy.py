@@ -96,6 +96,10 @@ def up_command(
     inputs = load_inputs(playbook, inventory_path)
     if bench_gate and inputs.playbook.rollout.strategy != "rolling":
         raise UsageError("--bench-gate gates the batches of a rolling rollout: the playbook needs rollout.strategy: rolling")
+    if bench_gate:
+        from launcher.cli.rolling import bench_gate_wanted
+
+        bench_gate_wanted(inputs.playbook, bench_gate)  # a PD deployment: refused before any host is asked
     if warm and (check or limit_pattern):
         raise UsageError("--warm reads the weights on every host of the deployment: not with --check or --limit")
     secret_values = resolve(inputs.playbook.secrets, secrets)  # a missing secret stops us before any host

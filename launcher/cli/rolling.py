@@ -55,15 +55,22 @@ def rolling_options(
     )
 
 
-def with_bench_gate(options: RollOptions, playbook: Playbook, target: Target, flag: bool | None) -> RollOptions:
-    """``options`` with the rollout's bench gate: ``--bench-gate`` / ``--no-bench-gate``, else
-    the playbook's ``rollout.bench_gate`` (the caller has checked that the rollout is rolling).
-    A PD deployment rolls by cohort switch, which is not gated (docs/bench.md): refused."""
+def bench_gate_wanted(playbook: Playbook, flag: bool | None) -> bool:
+    """``--bench-gate`` / ``--no-bench-gate``, else the playbook's ``rollout.bench_gate``.  A PD
+    deployment rolls by cohort switch, which is not gated (docs/bench.md): refused."""
     if not (playbook.rollout.bench_gate is not None if flag is None else flag):
-        return options
-    if any(d.unit.role in ("prefill", "decode") for d in target.units):
-        raise UsageError(f"--bench-gate: PD deployment {target.deployment} rolls by cohort switch, which is not "
+        return False
+    if "prefill" in playbook.placement:
+        raise UsageError(f"--bench-gate: PD deployment {playbook.name} rolls by cohort switch, which is not "
                          "bench-gated (docs/bench.md)")  # fmt: skip
+    return True
+
+
+def with_bench_gate(options: RollOptions, playbook: Playbook, target: Target, flag: bool | None) -> RollOptions:
+    """``options`` with the rollout's bench gate when :func:`bench_gate_wanted` (the caller has
+    checked that the rollout is rolling)."""
+    if not bench_gate_wanted(playbook, flag):
+        return options
     from launcher.bench.gate import gate_for
 
     return replace(options, gate=gate_for(playbook, target.deployment, target.secrets))

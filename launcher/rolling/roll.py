@@ -48,7 +48,7 @@ GroupOutcome = Literal["restarted", "rolled-back", "unchanged", "failed", "resto
 
 class BatchGate(Protocol):
     """A check each batch's new generation must pass before it serves again (the bench gate,
-    :mod:`launcher.bench.gate`).  ``before``: the first batch to restart, drained and out of its
+    :mod:`launcher.bench.gate`).  ``before``: each batch about to restart, drained and out of its
     routers, still on the previous generation; a FleetError leaves it as it was and halts.
     ``after``: that batch's groups healthy on the new generation, still out of their routers;
     a reason (one line) sends them back to the previous generation and halts."""

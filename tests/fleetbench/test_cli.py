@@ -60,17 +60,21 @@ def test_bench_gate_needs_a_rolling_rollout() -> None:
     )
 
 
+PD_REFUSED = "--bench-gate: PD deployment glm-pd rolls by cohort switch, which is not bench-gated (docs/bench.md)"
+
+
 @pytest.mark.parametrize(
-    ("playbook", "flags", "message"),
+    ("command", "playbook", "flags", "message"),
     [
-        ("playbooks/single-qwen-a100.yaml", (), "--bench-gate gates the batches of a rolling restart: give --rolling "
-                                                "(or rollout.strategy: rolling in the playbook)"),
-        ("playbooks/pd-glm-2p1d-6000d.yaml", ("--rolling",),
-         "--bench-gate: PD deployment glm-pd rolls by cohort switch, which is not bench-gated (docs/bench.md)"),
+        ("restart", "playbooks/single-qwen-a100.yaml", (), "--bench-gate gates the batches of a rolling restart: give "
+                                                           "--rolling (or rollout.strategy: rolling in the playbook)"),
+        ("restart", "playbooks/pd-glm-2p1d-6000d.yaml", ("--rolling",), PD_REFUSED),
+        ("up", "playbooks/pd-glm-2p1d-6000d.yaml", (), PD_REFUSED),
     ],
 )  # fmt: skip
-def test_restart_bench_gate_refused(playbook: str, flags: tuple[str, ...], message: str) -> None:
-    proc = fleet("restart", playbook, "-i", "inventories/example.yaml", *flags, "--bench-gate", "--secret", "HF_TOKEN=env:T",
+def test_bench_gate_refused(command: str, playbook: str, flags: tuple[str, ...], message: str) -> None:
+    """Before any host is asked (the example inventory's hosts do not exist)."""
+    proc = fleet(command, playbook, "-i", "inventories/example.yaml", *flags, "--bench-gate", "--secret", "HF_TOKEN=env:T",
                  env={"T": "x"})  # fmt: skip
     assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"fleet: error: {message}\n")
 

@@ -1,17 +1,21 @@
-"""The bench gate's verdict (pure) and its spec from a playbook."""
+"""The bench gate's verdict (pure), its per-batch baselines, its spec from a playbook, and the
+flag over the playbook."""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Sequence
 
 import pytest
 
-from launcher.bench.gate import gate_spec, judge
+from launcher.bench.gate import Gate, GateSpec, gate_spec, judge
+from launcher.bench.results import Level
+from launcher.bench.spec import default_slo, parse_shape
 from launcher.config.inventory import load_inventory
 from launcher.config.playbook import load_playbook
 from launcher.config.recipes import open_catalog
-from launcher.errors import InputError
+from launcher.errors import FleetError, InputError
 from tests.fleetbench.test_report_store import level
 
 REPO = Path(__file__).resolve().parents[2]
@@ -98,3 +102,43 @@ def test_the_flag_over_the_playbook(tmp_path: Path, pct: int | None, flag: bool 
     options = with_bench_gate(RollOptions(), inputs.playbook, target_of(deployment(inputs)), flag)
     assert (options.gate is not None) == gated
     assert options.gate is None or options.gate.spec.threshold_pct == (pct or 10)  # type: ignore[attr-defined]
+
+
+class Scripted(Gate):
+    """The gate with its client replaced by the levels a test gives, in order."""
+
+    def __init__(self, levels: list[Level]) -> None:
+        spec = GateSpec(shape=parse_shape("32+30"), slo=default_slo(), concurrency=2, requests=8, threshold_pct=10,
+                        model="m", tokenizer="fleet-words")  # fmt: skip
+        super().__init__(spec, Path("/nonexistent"), {})
+        self.levels = levels
+
+    def _measure(self, urls: Sequence[str]) -> Level:
+        return self.levels.pop(0)
+
+
+def test_each_batch_is_compared_with_its_own_baseline() -> None:
+    """The machine got 30% slower between batch 1 and batch 2: batch 2's new generation is as
+    fast as its own previous generation, measured right before it restarted, and passes."""
+    loaded = level(2, 70.0, 70.0, ttft=65.0)
+    gate = Scripted([BASE, level(2, 99.0, 99.0, ttft=51.0), loaded, level(2, 69.0, 69.0, ttft=66.0),
+                     dataclasses.replace(BASE, completed=0, ttft_ms_p50=None), level(2, 30.0, 30.0, ttft=66.0)])  # fmt: skip
+    gate.before(["u1"])
+    assert gate.after(["u1"]) is None
+    gate.before(["u2"])
+    assert gate.after(["u2"]) is None
+    gate.before(["u3"])  # completed nothing: the last baseline stays
+    assert gate.after(["u3"]) == ("bench gate: goodput dropped beyond 10% at 32+30 x2 (8 requests): "
+                                  "goodput 70.0 -> 30.0 tok/s (-57.1%), TTFT p50 65.0 -> 66.0 ms (+1.5%)")  # fmt: skip
+    assert [n.split(" at ")[0] for n in gate.notes] == [
+        "bench gate baseline (previous generation)", "bench gate passed",
+        "bench gate baseline (previous generation)", "bench gate passed",
+        "bench gate: the previous generation of this batch completed no request",
+    ]
+    assert gate.notes[3] == "bench gate passed at 32+30 x2 (8 requests): goodput 70.0 -> 69.0 tok/s (-1.4%), TTFT p50 65.0 -> 66.0 ms (+1.5%)"
+
+
+def test_the_first_baseline_must_complete_requests() -> None:
+    gate = Scripted([dataclasses.replace(BASE, completed=0, ttft_ms_p50=None)])
+    with pytest.raises(FleetError, match=r"^bench gate: the previous generation completed no request at 32\+30 x2 \(8 requests\)$"):
+        gate.before(["u1"])
