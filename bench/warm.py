@@ -2,7 +2,7 @@
 ``playbooks/sandbox/real-single.yaml`` (vLLM's CPU build on one sandbox host) reading a model
 whose pages were evicted vs one ``fleet weights warm`` read into the page cache first.
 
-    sudo python3 bench/warm.py [--runs 2] [--layers 24]
+    sudo python3 bench/warm.py [--runs 2] [--layers 8]
 
 The sandbox's generated model is ~5 MB, too small to show anything, so a larger Llama of the
 same shape family is written here (``--layers`` of hidden 1024 / intermediate 4096, random bf16
@@ -108,7 +108,7 @@ def _resident(model: Path) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=2)
-    ap.add_argument("--layers", type=int, default=24)
+    ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--name", default="wwarm", help="sandbox name")
     args = ap.parse_args()
     require_root()
@@ -121,7 +121,9 @@ def main() -> None:
     rows: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory(prefix="fleet-bench-warm-") as tmp:
         pb = Path(tmp) / "real-big.yaml"
-        pb.write_text(PLAYBOOK.read_text().replace("model: /models/tiny", "model: /models/big"))
+        # The larger model's compile warm-up takes minutes more than the tiny one's on a loaded machine.
+        pb.write_text(PLAYBOOK.read_text().replace("model: /models/tiny", "model: /models/big")
+                      .replace("start_timeout_s: 600", "start_timeout_s: 1800"))
         models = Path(st.hosts[0].dir) / "srv/models"
         size = write_model(models / "tiny", models / "big", args.layers)
         print(f"model: {size / 2**20:.0f} MiB", flush=True)

@@ -11,7 +11,8 @@ source, like every host, sends at most R in total (the sandbox has no netem; tbf
 kernel).  Each mode runs through ``launcher.weights.stage.stage`` (``use_hosts=False`` for the
 baseline), with the hosts' copies removed before every run (untimed) and verified after it
 (every host ``ok``: a run that did not finish everywhere is reported as failed).  "one copy" is
-the same tool staging one host.  Target: 16 hosts host-to-host <= 1.5x one copy.
+the same tool staging one host.  Target: 16 hosts host-to-host <= 1.5x one copy.  Per run: the
+machine's busy CPU seconds (all sessions) and the staging's own (a cpuacct cgroup, :class:`_Cpu`).
 """
 
 from __future__ import annotations
@@ -26,13 +27,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import machine, md_table, require_root, sandbox, write_results  # noqa: E402
+from _common import loadavg, machine, md_table, require_root, sandbox, write_results  # noqa: E402
 
 from launcher.config.inventory import load_inventory  # noqa: E402
 from launcher.execute.hostkeys import KnownHosts  # noqa: E402
 from launcher.execute.ssh import SshConnector  # noqa: E402
 from launcher.weights.needs import ModelNeed  # noqa: E402
-from launcher.weights.spread import Spread  # noqa: E402
+from launcher.weights.spread import Spread, chunk_bytes  # noqa: E402
 from launcher.weights.stage import Source, stage  # noqa: E402
 
 MODEL = "bench/model"
@@ -64,6 +65,29 @@ def _cpu_busy_s() -> float:
     return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
+class _Cpu:
+    """CPU seconds of the staging itself: a cpuacct cgroup holding this process and every sandbox
+    host's sshd, so each hop's sshd session, rrsync, rsync and ssh (their children) and the
+    control host's pushes are counted, and other sessions' load on the machine is not."""
+
+    def __init__(self, st: object) -> None:
+        self.dir = Path(f"/sys/fs/cgroup/cpuacct/fleet-bench-weights-{os.getpid()}")
+        self.dir.mkdir()
+        for pid in [os.getpid(), *(h.sshd.pid for h in st.hosts)]:  # type: ignore[attr-defined]
+            (self.dir / "cgroup.procs").write_text(f"{pid}\n")
+
+    def seconds(self) -> float:
+        return int((self.dir / "cpuacct.usage").read_text()) / 1e9
+
+    def close(self) -> None:
+        for pid in (self.dir / "cgroup.procs").read_text().split():
+            try:
+                (self.dir.parent / "cgroup.procs").write_text(f"{pid}\n")
+            except ProcessLookupError:
+                pass
+        self.dir.rmdir()
+
+
 def _wipe(st: object) -> None:
     for h in st.hosts:  # type: ignore[attr-defined]
         subprocess.run(["rm", "-rf", f"{h.dir}/srv/models/bench"], check=True)
@@ -92,6 +116,7 @@ def main() -> None:
             (src / MODEL / f"model-{i:05d}.safetensors").write_bytes(os.urandom(args.file_mib * 1024 * 1024))
         with sandbox(args.name, max(counts), docker=False) as st:
             _limit(st, args.rate_mbit)
+            cpu_own = _Cpu(st)
             try:
                 inventory = load_inventory(st.inventory)  # type: ignore[attr-defined]
                 known = KnownHosts((st.known_hosts,), record_to=Path(tmp) / "kh")  # type: ignore[attr-defined]
@@ -101,38 +126,46 @@ def main() -> None:
                     hosts = [h.name for h in inventory.hosts[:n]]
                     need = ModelNeed(model=MODEL, what="weights", rel=MODEL, paths=tuple((h, DEST) for h in hosts))
                     with SshConnector(known) as connector:
-                        t0, c0 = time.monotonic(), _cpu_busy_s()
+                        t0, c0, o0 = time.monotonic(), _cpu_busy_s(), cpu_own.seconds()
                         report = stage(inventory, (need,), Source(kind="dir", root=str(src)), connector,
                                        use_hosts=mode == "hosts")  # fmt: skip
                         seconds, cpu = time.monotonic() - t0, _cpu_busy_s() - c0
+                        own = cpu_own.seconds() - o0
                     ok = report.ok and len(report.hosts) == n
                     row = {"hosts": n, "mode": mode, "seconds": round(seconds, 2), "cpu_busy_s": round(cpu, 1),
+                           "staging_cpu_s": round(own, 1), "load": loadavg(),
                            "ok": ok,
                            "bytes": sum(h.bytes for h in report.hosts),
                            "from_source": sum(dict(h.senders).get("source", 0) for h in report.hosts),
-                           "link_bound": _link_bound(n, args.files, mode == "hosts")}  # fmt: skip
+                           "link_bound": _link_bound(n, args.files, args.file_mib, mode == "hosts")}  # fmt: skip
                     runs.append(row)
                     print(row, flush=True)
             finally:
+                cpu_own.close()
                 _unlimit(st)
     one = next(r["seconds"] for r in runs if r["hosts"] == 1)
     rows = [[str(r["hosts"]), str(r["mode"]), f"{r['seconds']:.1f}", f"{float(r['seconds']) / float(one):.2f}x",  # type: ignore[arg-type]
-             f"{r['link_bound']:.2f}x", str(r["from_source"]), "ok" if r["ok"] else "FAILED"] for r in runs]
+             f"{r['link_bound']:.2f}x", str(r["from_source"]), f"{r['staging_cpu_s']:.1f}",
+             f"{r['load'][0]:.0f}", "ok" if r["ok"] else "FAILED"] for r in runs]  # type: ignore[index]
     print(md_table(("hosts", "mode", "seconds", "vs one copy", "schedule's link-time bound", "files read from the source",
-                    "result"), rows))
+                    "staging CPU s", "load", "result"), rows))
     print(write_results("weights", doc, args.out))
 
 
-def _link_bound(hosts: int, files: int, use_hosts: bool) -> float:
-    """The schedule's own time in units of one copy, with equal files and every transfer taking
-    one file time on its links: rounds of :class:`Spread` run in lock-step, over ``files``."""
+def _link_bound(hosts: int, files: int, file_mib: int, use_hosts: bool) -> float:
+    """The schedule's own time in units of one copy, with equal files, stage's batch size, and
+    every transfer taking its files' time on its links (no per-transfer cost): :class:`Spread`
+    run as events in time, over ``files`` file times."""
     items = [("m", f"f{i}") for i in range(files)]
-    spread = Spread({f"h{i}": items for i in range(hosts)}, use_hosts=use_hosts)
-    rounds, running = 0, spread.start()
+    sizes = dict.fromkeys(items, file_mib)
+    spread = Spread({f"h{i}": items for i in range(hosts)}, use_hosts=use_hosts, sizes=sizes,
+                    chunk=chunk_bytes(sizes, hosts))  # fmt: skip
+    now, running = 0, [(len(t.items), t) for t in spread.start()]
     while running:
-        rounds += 1
-        running = [nxt for t in running for nxt in spread.done(t)]
-    return rounds / files
+        running.sort(key=lambda e: e[0])
+        now, t = running.pop(0)
+        running += [(now + len(n.items), n) for n in spread.done(t)]
+    return now / files
 
 
 if __name__ == "__main__":
