@@ -5,8 +5,6 @@ per rank, secrets nowhere; a host whose sshd hangs is recorded in the manifest, 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import tarfile
 from pathlib import Path
 
@@ -14,10 +12,11 @@ import pytest
 
 from launcher.sandbox import faults
 from launcher.sandbox.client import Sandbox
+from tests.deploy.test_sandbox_e2e import fleet
+from tests.sandbox_playbooks import DROP_KEEP_DEVICE, standin_playbook
 
 pytestmark = pytest.mark.sandbox
 
-REPO = Path(__file__).resolve().parents[2]
 SECRET = "hf_pfcollect_s3cr3t"
 
 
@@ -27,20 +26,13 @@ def facts_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FLEET_FACTS_DIR", str(tmp_path / "facts"))
 
 
-def fleet(sb: Sandbox, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    cmd = ["fleet", *args, "-i", sb.inventory, "--known-hosts", sb.known_hosts]
-    return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=300, cwd=REPO)
-
-
 def test_collect_after_up_has_every_rank_and_no_secret(sandbox_fleet: Sandbox, tmp_path: Path) -> None:
     sb = sandbox_fleet
     pb = tmp_path / "pf-collect.yaml"
-    pb.write_text(
-        "name: pf-collect\nrecipe: kimi/sglang-tp8pp2-h100\nplacement:\n  rank:\n    hosts: h1:h2\n"
-        "overrides:\n  image: fleet-standin:latest\n  drop_docker_flags: [--gpus, --ulimit]\n"
-        "  env: {NCCL_DEBUG: INFO}\n  shm_size: 1g\n  start_timeout_s: 90\n"
-        "secrets:\n  - name: HF_TOKEN\n    from_env: PF_COLLECT_TOKEN\n"
-    )
+    pb.write_text(standin_playbook(
+        "pf-collect", "kimi/sglang-tp8pp2-h100", {"rank": "h1:h2"}, drop=DROP_KEEP_DEVICE, start_timeout_s=90,
+        env={"NCCL_DEBUG": "INFO"}, rest="secrets:\n  - name: HF_TOKEN\n    from_env: PF_COLLECT_TOKEN\n",
+    ))
     up = fleet(sb, "up", str(pb), "-q", env={"PF_COLLECT_TOKEN": SECRET})
     try:
         assert up.returncode == 0, up.stdout + up.stderr

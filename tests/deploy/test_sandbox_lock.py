@@ -25,7 +25,8 @@ import pytest
 
 from launcher.sandbox.client import Sandbox
 from tests.cli_process import CliProcess
-from tests.deploy.test_sandbox_e2e import need_netns
+from tests.deploy.test_sandbox_e2e import fleet, need_netns
+from tests.sandbox_playbooks import standin_playbook
 
 pytestmark = pytest.mark.sandbox
 
@@ -34,29 +35,8 @@ SINGLE = REPO / "playbooks" / "sandbox" / "single.yaml"  # sb-single on h1
 NOBODY = "setpriv --reuid=65534 --regid=65534 --clear-groups"
 WAIT_S = 120.0
 
-LOST = """\
-name: sb-lost
-recipe: qwen/sglang-tp2-h100-tuned
-placement:
-  single:
-    hosts: h7
-  router:
-    hosts: h6
-overrides:
-  image: fleet-standin:latest
-  drop_docker_flags: [--gpus, --device, --ulimit]
-  shm_size: 1g
-  start_timeout_s: 60
-ports:
-  http: 31400
-  router: 8400
-  router_metrics: 29400
-"""
-
-
-def fleet(sb: Sandbox, *args: str) -> subprocess.CompletedProcess[str]:
-    argv = ["fleet", *args, "-i", sb.inventory, "--known-hosts", sb.known_hosts]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=REPO)
+LOST = standin_playbook("sb-lost", "qwen/sglang-tp2-h100-tuned", {"single": "h7", "router": "h6"}, start_timeout_s=60,
+                        ports={"http": 31400, "router": 8400, "router_metrics": 29400})
 
 
 def root_sh(sb: Sandbox, host: str, cmd: str) -> str:

@@ -21,29 +21,15 @@ import pytest
 
 from launcher.quoting import env_file
 from launcher.sandbox.client import Sandbox
+from tests.sandbox_playbooks import standin_playbook
 
 pytestmark = pytest.mark.sandbox
 
 REPO = Path(__file__).resolve().parents[2]
 NOBODY = "setpriv --reuid=65534 --regid=65534 --clear-groups"
 UNIT = "fleet-sb-secret-single0-r0"
-PLAYBOOK = """\
-name: sb-secret
-recipe: qwen/sglang-tp2-h100-tuned
-placement:
-  single:
-    hosts: h1
-overrides:
-  image: fleet-standin:latest
-  drop_docker_flags: [--gpus, --device, --ulimit]
-  shm_size: 1g
-  start_timeout_s: 90
-ports:
-  http: 31500
-secrets:
-  - name: HF_TOKEN
-    from_env: FLEET_TEST_SECRET
-"""
+PLAYBOOK = standin_playbook("sb-secret", "qwen/sglang-tp2-h100-tuned", {"single": "h1"}, start_timeout_s=90,
+                            ports={"http": 31500}, rest="secrets:\n  - name: HF_TOKEN\n    from_env: FLEET_TEST_SECRET\n")
 
 
 def up(sb: Sandbox, playbook: Path, value: str) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from launcher.sandbox.client import Sandbox
+from tests.sandbox_playbooks import DROP_KEEP_DEVICE, standin_playbook
 
 pytestmark = pytest.mark.sandbox
 
@@ -26,16 +27,11 @@ R0, R1 = f"fleet-{DEPLOYMENT}-rank0-r0", f"fleet-{DEPLOYMENT}-rank0-r1"
 NFT_TABLE = "fleetpf"
 
 
-def playbook(path: Path, hosts: str, drop: str = "[--gpus, --ulimit]", name: str = DEPLOYMENT) -> Path:
+def playbook(path: Path, hosts: str, drop: str = DROP_KEEP_DEVICE, name: str = DEPLOYMENT) -> Path:
     """Kimi TP8 PP2 (catalog entry 45) with the stand-in image and the weights at a local path;
     --device /dev/infiniband kept (the hosts' fake HCAs have real device nodes)."""
-    path.write_text(
-        f"name: {name}\nrecipe: kimi/sglang-tp8pp2-h100\nplacement:\n  rank:\n    hosts: {hosts}\n"
-        "overrides:\n  image: fleet-standin:latest\n"
-        f"  drop_docker_flags: {drop}\n"
-        f"  engine_args: [--model-path, /models/{MODEL}]\n"
-        "  shm_size: 1g\n  start_timeout_s: 90\n"
-    )
+    path.write_text(standin_playbook(name, "kimi/sglang-tp8pp2-h100", {"rank": hosts}, drop=drop, start_timeout_s=90,
+                                     overrides=f"  engine_args: [--model-path, /models/{MODEL}]\n"))
     return path
 
 

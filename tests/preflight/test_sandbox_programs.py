@@ -12,27 +12,13 @@ from pathlib import Path
 import pytest
 
 from launcher.sandbox.client import Sandbox
+from tests.sandbox_playbooks import standin_playbook
 
 pytestmark = pytest.mark.sandbox
 
 REPO = Path(__file__).resolve().parents[2]
-PLAYBOOK = """\
-name: sb-noprog
-recipe: mistral/vllm-tp1-h100-baseline
-placement:
-  single:
-    hosts: h1
-  router:
-    hosts: h1
-overrides:
-  image: fleet-standin:latest
-  drop_docker_flags: [--gpus, --device, --ulimit]
-  shm_size: 1g
-ports:
-  http: 8600
-  router: 8700
-  router_metrics: 29700
-"""
+PLAYBOOK = standin_playbook("sb-noprog", "mistral/vllm-tp1-h100-baseline", {"single": "h1", "router": "h1"},
+                            ports={"http": 8600, "router": 8700, "router_metrics": 29700})
 
 
 def test_a_router_image_without_the_router_program_fails_preflight(sandbox_fleet: Sandbox, tmp_path: Path) -> None:
