@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything fleet and its sandbox fleet need on a Debian machine, from a clean checkout:
-# OS packages (sshd, iproute2, nftables, docker.io, systemd-analyze, shellcheck, mmdebstrap), then fleet itself with its
+# OS packages (sshd, iproute2, nftables, docker.io, tini, systemd-analyze, shellcheck, mmdebstrap), then fleet itself with its
 # test extras.  Idempotent; run as root.  Used by the README's first command and by .ci/run.
 set -euo pipefail
 if [ "$(id -u)" != 0 ]; then
@@ -14,7 +14,7 @@ export DEBIAN_FRONTEND=noninteractive
 # prometheus: tests/observe starts a real Prometheus on loopback to scrape the targets fleet writes.
 # mmdebstrap: builds the root filesystem of the sandbox's systemd hosts (launcher/sandbox/systemd_host.py).
 # vmtouch: `fleet weights warm` runs it on the hosts (the sandbox hosts share this machine's /usr).
-apt_pkgs=(openssh-server openssh-client iproute2 nftables iptables busybox-static docker.io systemd curl libibverbs1 shellcheck rsync
+apt_pkgs=(openssh-server openssh-client iproute2 nftables iptables busybox-static docker.io tini systemd curl libibverbs1 shellcheck rsync
           python3-pip python3-setuptools python3-wheel prometheus mmdebstrap vmtouch)
 missing=()
 for p in "${apt_pkgs[@]}"; do

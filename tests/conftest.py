@@ -32,10 +32,10 @@ def _missing_prereq(docker: bool) -> str | None:
     if not sys.platform.startswith("linux") or os.geteuid() != 0:
         return "the sandbox fleet needs Linux and root"
     for tool in ("ip", "unshare", "nsenter", "ssh-keygen", "/usr/sbin/sshd") + (
-        ("dockerd", "docker") if docker else ()
+        ("dockerd", "docker", "tini") if docker else ()
     ):
         if shutil.which(tool) is None:
-            return f"the sandbox fleet needs {tool} (apt: openssh-server iproute2 docker.io)"
+            return f"the sandbox fleet needs {tool} (apt: openssh-server iproute2 docker.io tini)"
     return None
 
 

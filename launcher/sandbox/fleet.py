@@ -5,10 +5,14 @@ cleaned by ``down`` or by the next ``up``): image template (cached) -> guard rou
 namespace + bridge + root link -> host namespaces -> keys, fake hardware, sshd per host ->
 seeded data-roots, dockerd per host -> image tags -> known_hosts + inventory.
 
-``down`` kills by PID and by namespace membership only: containers are removed through each
-daemon's API, daemons get SIGTERM (then SIGKILL), and every process still living in one of the
-sandbox's mount or network namespaces (sshd, sessions, containerd, leftover shims, container
-processes) is killed; then the namespaces, the root link and the guard route go, the per-daemon
+``down`` ends only what the state file records, by PID + start time (checked right before each
+signal; a PID that now belongs to another process is left alone and reported), and the
+descendants of those processes -- never "every process in namespace X": a namespace's inode
+number is reused once it dies, so a stale state file could name someone else's.  Containers are
+removed through each daemon's API; each dockerd gets SIGTERM through its tini (a child subreaper:
+containerd's shims, which daemonize, stay below it) and what is left of its tree is killed; each
+sshd's tree (sshd is a child subreaper too, see hostinit.py: sessions' orphans stay below it) is
+killed leaves first.  Then the namespaces, the root link and the guard route go, the per-daemon
 cgroups are removed and the state dir is deleted.  Nothing is mounted in the root namespace.
 """
 
@@ -144,8 +148,6 @@ def _hosts(st: SandboxState, n: int) -> SandboxState:
     if slot is not None:
         for h in st.hosts:
             netns.make_host(st.name, slot, h.index, h.name, h.ifname)
-            st = st.with_host(replace(h, net_ns=netns.ns_inode(h.netns or "")))
-        state.save(st)
     return st
 
 
@@ -170,10 +172,6 @@ def _start_sshds(st: SandboxState) -> SandboxState:
         state.save(st)
     deadline = time.monotonic() + sshd.READY_TIMEOUT_S
     _parallel(lambda h: sshd.wait_ready(h, deadline), st.hosts)
-    for h in st.hosts:
-        assert h.sshd is not None
-        st = st.with_host(replace(h, mnt_ns=procs.ns_inode(h.sshd.pid, "mnt")))
-    state.save(st)
     return st
 
 
@@ -200,8 +198,11 @@ def _tag_all(h: HostState, tags: tuple[str, ...]) -> None:
         dockerd.tag(h, image.IMAGE, t)
 
 
-def down(name: str = "default") -> bool:
-    """Tears the sandbox down; True if there was anything to remove."""
+def down(name: str = "default", note: Callable[[str], None] | None = None) -> bool:
+    """Tears the sandbox down; True if there was anything to remove.  Ends only the processes
+    the state file records (PID + start time, checked right before each signal) and their
+    descendants; a recorded PID that now belongs to another process is left alone and
+    ``note`` (default: a line on stderr) says so."""
     require_root()
     state.check_name(name)
     st = state.load(name)
@@ -209,25 +210,14 @@ def down(name: str = "default") -> bool:
     if st is None and not leftovers:
         return False
     hosts = st.hosts if st is not None else ()
+    say = note or (lambda line: print(line, file=sys.stderr))
+    for h in hosts:
+        for what, r in (("sshd", h.sshd), ("dockerd", h.dockerd)):
+            if r is not None and r.stale():
+                say(f"sandbox {name}: {h.name} {what}: PID {r.pid} now belongs to another process, not touched")
     _parallel(dockerd.remove_containers, [h for h in hosts if h.dockerd and h.dockerd.alive()])
-    daemons = tuple(h.dockerd for h in hosts if h.dockerd is not None)
-    procs.kill_all(daemons, 15.0)
-    mnt = {h.mnt_ns for h in hosts if h.mnt_ns is not None}
-    net = {h.net_ns for h in hosts if h.net_ns is not None}
-    net |= {i for i in (netns.ns_inode(ns) for ns in leftovers) if i is not None}
-    # Never this process's own namespaces (the machine's): a host namespace recorded too early
-    # (before its process left them) would otherwise make teardown kill every process here.
-    mnt.discard(procs.ns_inode(os.getpid(), "mnt"))
-    net.discard(procs.ns_inode(os.getpid(), "net"))
-    members = set(procs.pids_in_namespaces("mnt", frozenset(mnt)))
-    members |= set(procs.pids_in_namespaces("net", frozenset(net)))
-    refs = [h.sshd for h in hosts if h.sshd is not None]
-    for pid in members:
-        try:
-            refs.append(procs.ref(pid))
-        except ProcessLookupError:
-            continue
-    procs.kill_all(tuple(refs), 2.0)
+    _parallel(lambda r: procs.end_tree_root_first(r, 15.0), [h.dockerd for h in hosts if h.dockerd is not None])
+    _parallel(lambda r: procs.end_tree_leaves_first(r, 2.0), [h.sshd for h in hosts if h.sshd is not None])
     for h in hosts:
         dockerd.remove_cgroups(name, h.name)
     netns.delete(name, st.root_ifname if st is not None else None)

@@ -37,6 +37,7 @@ MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
 MNT_DETACH = 2
+PR_SET_CHILD_SUBREAPER = 36
 PRIVATE_DIRS = (("/etc/fleet", "etc-fleet"), ("/var/lib/fleet", "var-lib-fleet"))
 CGROUPS = ("cpu", "cpuacct", "cpuset", "memory", "devices", "freezer", "blkio", "pids")
 
@@ -121,6 +122,11 @@ def main(name: str, hostdir: str) -> None:
         for node in sorted(os.listdir(f"{hostdir}/fakehw/dev/infiniband")):
             major, minor = open(f"{hostdir}/fakehw/dev/infiniband/{node}").read().split(":")
             os.mknod(f"/dev/infiniband/{node}", 0o20666, os.makedev(int(major), int(minor)))
+    # A child subreaper (kept across exec): what a session leaves running when it ends stays
+    # below sshd, where teardown finds it (it ends sshd's descendants, not a namespace's
+    # members); sshd reaps any child.
+    if _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
     sshd = shutil.which("sshd", path="/usr/sbin:/usr/bin:/sbin") or "/usr/sbin/sshd"
     os.execv(sshd, (sshd, "-D", "-e", "-f", f"{hostdir}/sshd_config"))
 

@@ -126,13 +126,6 @@ def namespaces(sandbox: str) -> tuple[str, ...]:
     return tuple(sorted(n for n in listed if n.startswith(prefix)))
 
 
-def ns_inode(ns: str) -> int | None:
-    try:
-        return os.stat(f"/run/netns/{ns}").st_ino
-    except OSError:
-        return None
-
-
 def delete(sandbox: str, root_ifname: str | None) -> None:
     for ns in namespaces(sandbox):
         ip("netns", "del", ns, check=False)

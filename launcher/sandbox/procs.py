@@ -1,6 +1,8 @@
 """Processes the sandbox started, identified by PID *and* start time so a recycled PID is never
-signalled, plus the namespace scans teardown needs (every process living in a host's mount or
-network namespace was started by that host's sshd or dockerd, i.e. by the sandbox)."""
+signalled, and the trees below them: teardown ends a recorded daemon and its descendants
+(``psutil`` ``children(recursive=True)`` of the verified root), never "whatever lives in a
+namespace" -- a namespace's inode number is reused once it dies, so a stale state file could
+name someone else's."""
 
 from __future__ import annotations
 
@@ -20,15 +22,28 @@ class ProcRef:
     pid: int
     created: float  # psutil's create_time: with the PID, names one process (a reused PID has another)
 
-    def alive(self) -> bool:
-        """True while this very process (not a PID reuse) exists and is not a zombie."""
+    def process(self) -> psutil.Process | None:
+        """This very process (not a PID reuse) while it exists and is not a zombie."""
         try:
             proc = psutil.Process(self.pid)
-            return proc.create_time() == self.created and proc.status() != psutil.STATUS_ZOMBIE
+            if proc.create_time() == self.created and proc.status() != psutil.STATUS_ZOMBIE:
+                return proc
+        except psutil.NoSuchProcess:
+            pass
+        return None
+
+    def alive(self) -> bool:
+        return self.process() is not None
+
+    def stale(self) -> bool:
+        """True if the PID now belongs to another process (another start time)."""
+        try:
+            return psutil.Process(self.pid).create_time() != self.created
         except psutil.NoSuchProcess:
             return False
 
     def signal(self, sig: int) -> bool:
+        """Signals the process if it is still this one (checked right before the signal)."""
         if not self.alive():
             return False
         try:
@@ -45,23 +60,24 @@ def ref(pid: int) -> ProcRef:
         raise ProcessLookupError(pid) from None
 
 
-def ns_inode(pid: int, kind: str) -> int | None:
-    try:
-        return os.stat(f"/proc/{pid}/ns/{kind}").st_ino
-    except OSError:
-        return None
-
-
-def pids_in_namespaces(kind: str, inodes: frozenset[int]) -> tuple[int, ...]:
-    """Every PID whose ``kind`` namespace (``mnt``/``net``) is one of ``inodes``."""
+def descendants(root: ProcRef) -> tuple[ProcRef, ...]:
+    """Every process below ``root`` while ``root`` is still that process (else none).  A
+    descendant started before the root is a PID reused between psutil's two reads: left out."""
+    proc = root.process()
+    if proc is None:
+        return ()
     found = []
-    me = os.getpid()
-    for pid in psutil.pids():
-        if pid == me:
+    try:
+        children = proc.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return ()
+    for child in children:
+        try:
+            created = child.create_time()
+        except psutil.NoSuchProcess:
             continue
-        ino = ns_inode(pid, kind)
-        if ino is not None and ino in inodes:
-            found.append(pid)
+        if created >= root.created:
+            found.append(ProcRef(pid=child.pid, created=created))
     return tuple(found)
 
 
@@ -83,6 +99,32 @@ def kill_all(refs: tuple[ProcRef, ...], grace_s: float) -> None:
         r.signal(signal.SIGKILL)
     wait_gone(refs, 5.0)
 
+
+def end_tree_leaves_first(root: ProcRef, grace_s: float) -> None:
+    """Ends ``root``'s descendants, rescanning until none is left, then ``root``.  For a root
+    that is a child subreaper (the sandbox's sshd): while it lives, an orphan of its tree
+    becomes its child, so a process forked during the teardown is found by the next scan."""
+    for _ in range(10):
+        below = descendants(root)
+        if not below:
+            break
+        kill_all(below, grace_s)
+    kill_all((root,), grace_s)
+
+
+def end_tree_root_first(root: ProcRef, grace_s: float) -> None:
+    """SIGTERMs ``root`` (a supervisor that must stop its own children, e.g. dockerd, which
+    restarts a containerd killed under it) and waits up to ``grace_s`` for it while collecting
+    its tree; then ends whatever of that tree is left."""
+    seen: dict[int, ProcRef] = {r.pid: r for r in descendants(root)}
+    root.signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while root.alive() and time.monotonic() < deadline:
+        seen.update((r.pid, r) for r in descendants(root))
+        time.sleep(0.1)
+    seen.update((r.pid, r) for r in descendants(root))
+    kill_all((root,), 0.0)
+    kill_all(tuple(seen.values()), 2.0)
 
 
 def poll_until(ready: Callable[[], bool], deadline: float, *, died: Callable[[], str | None],

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -50,9 +50,7 @@ class HostState:
     data_ip: str
     kind: HostKind = "docker"
     sshd: ProcRef | None = None
-    dockerd: ProcRef | None = None
-    mnt_ns: int | None = None  # inode of the host's private mount namespace
-    net_ns: int | None = None  # inode of its network namespace (netns mode)
+    dockerd: ProcRef | None = None  # the tini above the host's dockerd (see dockerd.py)
 
     @property
     def docker_socket(self) -> str:
@@ -107,9 +105,11 @@ def load(name: str) -> SandboxState | None:
         raw: dict[str, Any] = json.loads(path.read_text())
     except FileNotFoundError:
         return None
+    known = {f.name for f in fields(HostState)} - {"sshd", "dockerd"}
     hosts = tuple(
         HostState(
-            **{k: v for k, v in h.items() if k not in ("sshd", "dockerd")},
+            # An older state file may hold fields teardown no longer uses (namespace inodes).
+            **{k: v for k, v in h.items() if k in known},
             sshd=_proc(h.get("sshd")),
             dockerd=_proc(h.get("dockerd")),
         )
@@ -123,7 +123,7 @@ def _proc(raw: dict[str, float] | None) -> ProcRef | None:
     if raw is None:
         return None
     # A state written before ProcRef held psutil's create_time has none: that process is never
-    # taken for alive (not signalled by PID); teardown still ends it through its namespaces.
+    # taken for alive, so never signalled (``down`` reports its PID as another process's).
     return ProcRef(pid=int(raw["pid"]), created=raw.get("created", -1.0))
 
 

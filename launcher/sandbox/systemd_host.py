@@ -14,7 +14,8 @@ clear of the docker hosts): a network namespace ``fsb-<name>-sK`` on the ctl bri
 ``HostState.dockerd``), and one container ``fleet-host`` on ``--network host`` whose PID 1 is
 ``/sbin/init`` and whose sshd (a systemd service) answers on port 22 with the sandbox-generated
 host key.  ``fleet sandbox down`` needs nothing new: it removes the runner's containers, stops the
-runner and kills what is left in the host's namespaces.
+runner and kills what is left of the runner's process tree (the runner runs under tini, a child
+subreaper, so the container's shim and everything the container's systemd started stay in it).
 
 The image (cached like the stand-in's): ``mmdebstrap`` of Debian with systemd, dbus, openssh-server
 and python3 (maintainer scripts run, so users, enabled units and ``/etc`` are what a real host
@@ -206,19 +207,12 @@ def start(st: SandboxState, count: int, *, real_engine: bool = False) -> Sandbox
     with template(real_engine) as tmpl:
         for h in new:
             netns.make_host(st.name, slot, h.index, h.name, h.ifname)
-            h = replace(h, net_ns=netns.ns_inode(h.netns or ""))
             _prepare(st, h, tools, tmpl)
             st = st.with_host(replace(h, dockerd=_start_runner(st.name, h)))
             state.save(st)
     deadline = time.monotonic() + READY_TIMEOUT_S
     for h in new:
-        h = st.host(h.name)
-        dockerd.wait_ready(h, deadline)
-        # Only now: the PID began as nsenter in this machine's mount namespace, and teardown
-        # kills every process of a recorded one.
-        assert h.dockerd is not None
-        st = st.with_host(replace(h, mnt_ns=procs.ns_inode(h.dockerd.pid, "mnt")))
-        state.save(st)
+        dockerd.wait_ready(st.host(h.name), deadline)
         _run_container(st, st.host(h.name))
     for h in new:
         _wait_booted(st.host(h.name), deadline)
@@ -240,7 +234,7 @@ def _start_runner(sandbox: str, h: HostState) -> procs.ProcRef:
     cmd = (
         "nsenter", f"--net=/run/netns/{h.netns}", "unshare", "--mount", "--uts", "--propagation", "private",
         "sh", "-c", 'mount --bind "$0" /run && hostname "$1" && shift && exec "$@"', f"{h.dir}/run", h.name,
-        *dockerd.argv(f"{h.dir}/docker", dockerd.cgroup_parent(sandbox, h.name)),
+        *dockerd.REAPER, *dockerd.argv(f"{h.dir}/docker", dockerd.cgroup_parent(sandbox, h.name)),
     )  # fmt: skip
     with open(Path(h.dir) / "dockerd.log", "ab") as log:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

@@ -14,7 +14,7 @@ from launcher.sandbox import fleet as sandbox
 from launcher.sandbox import state as sandbox_state
 from launcher.sandbox.client import Sandbox
 
-TOOLS = ("ip", "nsenter", "unshare", "dockerd", "docker", "mmdebstrap", "ssh-keygen")
+TOOLS = ("ip", "nsenter", "unshare", "dockerd", "docker", "tini", "mmdebstrap", "ssh-keygen")
 
 
 def skip_unless_possible() -> None:

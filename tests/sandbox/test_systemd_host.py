@@ -176,10 +176,12 @@ def test_sandbox_down_removes_the_systemd_hosts(sb: Sandbox) -> None:
 
 def members_of(hosts: list[sandbox_state.HostState]) -> list[procs.ProcRef]:
     """The processes in the hosts' network namespaces, by PID and start time (after teardown a
-    namespace's inode number may be reused by a new namespace of another sandbox)."""
+    namespace's inode number may be reused by a new namespace of another sandbox).  Observed
+    only: teardown itself never looks at namespace membership."""
+    inodes = {os.stat(f"/run/netns/{h.netns}").st_ino for h in hosts if h.netns}
     refs = []
     for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
-        if _in_netns(pid, hosts):
+        if _in_netns(pid, inodes):
             try:
                 refs.append(procs.ref(pid))
             except ProcessLookupError:
@@ -217,35 +219,14 @@ def test_a_crash_half_way_through_up_is_cleaned_by_the_next_down(monkeypatch: py
     st = sandbox_state.load(name)
     assert st is not None
     hosts = [h for h in st.hosts if h.kind == "systemd"]
-    assert len(hosts) == 1 and hosts[0].dockerd is not None and hosts[0].dockerd.alive() and hosts[0].mnt_ns
+    assert len(hosts) == 1 and hosts[0].dockerd is not None and hosts[0].dockerd.alive()
     members = members_of(hosts)
     assert sandbox.down(name)
     assert_gone(name, hosts, members)
 
 
-def _in_netns(pid: int, hosts: list[sandbox_state.HostState]) -> bool:
+def _in_netns(pid: int, inodes: set[int]) -> bool:
     try:
-        return os.stat(f"/proc/{pid}/ns/net").st_ino in {h.net_ns for h in hosts}
+        return os.stat(f"/proc/{pid}/ns/net").st_ino in inodes
     except OSError:
         return False
-
-
-def test_down_never_kills_in_this_machines_own_namespaces(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """A state file naming the machine's own mount/net namespaces for a host (a namespace
-    recorded before the host's process left them; it happened while this host kind was built)
-    must not make ``down`` kill every process of the machine.  Nothing is killed here either
-    way: kill_all is recorded, not run."""
-    if os.geteuid() != 0:
-        pytest.skip("fleet sandbox down needs root")
-    monkeypatch.setenv("FLEET_SANDBOX_DIR", str(tmp_path))
-    own_mnt, own_net = procs.ns_inode(os.getpid(), "mnt"), procs.ns_inode(os.getpid(), "net")
-    host = sandbox_state.HostState(name="s1", index=201, dir=str(tmp_path / "sdguard/s1"), kind="systemd", netns=None,
-                                   address="198.18.0.211", port=22, ifname="veth0", data_ip="198.18.0.211",
-                                   mnt_ns=own_mnt, net_ns=own_net)  # fmt: skip
-    (tmp_path / "sdguard").mkdir()
-    sandbox_state.save(sandbox_state.SandboxState(name="sdguard", mode="netns", dir=str(tmp_path / "sdguard"), hosts=(host,)))
-    targeted: list[procs.ProcRef] = []
-    monkeypatch.setattr(procs, "kill_all", lambda refs, timeout: targeted.extend(refs))
-    assert sandbox.down("sdguard")
-    assert targeted == []
-    assert not (tmp_path / "sdguard").exists()
