@@ -74,7 +74,7 @@ def wait_status(url: str, want: int, timeout: float = 30) -> None:
         if get(url)[0] == want:
             return
         time.sleep(0.05)
-    raise AssertionError(f"{url} never answered {want}")
+    raise AssertionError(f"{url} never answered {want} (last: {get(url)[0]})")
 
 
 def start(procs: list[Proc], argv: list[str], **env: str) -> Proc:
@@ -195,34 +195,90 @@ def test_ncclish_interface_matching() -> None:
     assert server.match_ifname("=ens1", names) == ()
 
 
-def test_sigterm_finishes_inflight_then_exits_0(procs: list[Proc]) -> None:
-    port = free_port()
-    p = start(procs, ["sglang-launch", "--model-path", "m", "--port", str(port)],
-              FLEET_STANDIN_TOKEN_MS="30")  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
-    wait_status(f"{base}/health", 200)
-    first_chunk = threading.Event()
-    result: dict[str, Any] = {}
+class Stream:
+    """One streamed chat completion read chunk by chunk in a thread: when each chunk came, and
+    how the body ended ([DONE], or cut when the server was killed)."""
 
-    def request() -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        conn.request("POST", "/v1/chat/completions",
-                     json.dumps({"messages": [], "max_tokens": 40, "stream": True}))  # fmt: skip
+    def __init__(self, port: int, tokens: int) -> None:
+        self.first = threading.Event()
+        self.times: list[float] = []
+        self.body = b""
+        self.thread = threading.Thread(target=self._read, args=(port, tokens))
+        self.thread.start()
+        assert self.first.wait(10), "the stream never started"
+
+    def _read(self, port: int, tokens: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        body = {"messages": [], "max_tokens": tokens, "stream": True}
+        conn.request("POST", "/v1/chat/completions", json.dumps(body))
         resp = conn.getresponse()
-        body = resp.read1()
-        first_chunk.set()
-        while chunk := resp.read1():
-            body += chunk
-        result["r"] = (resp.status, body)
+        try:
+            while chunk := resp.read1():
+                self.times.append(time.monotonic())
+                self.body += chunk
+                self.first.set()
+        except (OSError, http.client.HTTPException):
+            pass  # cut by the kill
 
-    t = threading.Thread(target=request)
-    t.start()
-    assert first_chunk.wait(10)
-    p.p.send_signal(signal.SIGTERM)  # 40 tokens x 30 ms: the stream is still under way
-    t.join(30)
+    def whole(self) -> bool:
+        return self.body.endswith(b"data: [DONE]\n\n")
+
+
+def test_sigterm_sglang_waits_for_every_request_in_flight(procs: list[Proc]) -> None:
+    """SGLang drains without a time bound: a stream longer than the stand-in's old fixed 8 s
+    grace (300 tokens x 30 ms) still finishes whole, then the process exits 0 by itself."""
+    port = free_port()
+    p = start(procs, ["sglang-launch", "--model-path", "m", "--port", str(port)], FLEET_STANDIN_TOKEN_MS="30")
+    wait_status(f"http://127.0.0.1:{port}/health", 200)
+    s = Stream(port, 300)
+    p.p.send_signal(signal.SIGTERM)
+    wait_status(f"http://127.0.0.1:{port}/health", 503)  # nothing new from the signal on
+    s.thread.join(30)
     rc, events, _ = p.finish()
-    assert rc == 0
-    assert result["r"][0] == 200 and result["r"][1].endswith(b"data: [DONE]\n\n")
+    assert rc == 0 and s.whole()
+    assert [e["event"] for e in events][-3:] == ["draining", "request", "exit"]
+
+
+@pytest.mark.parametrize("timeout", [0, 1])
+def test_sigterm_vllm_aborts_after_its_shutdown_timeout_and_stays(procs: list[Proc], timeout: int) -> None:
+    """vLLM's --shutdown-timeout (0, the default, or 1 s here) runs out while a 5 s stream is in
+    flight: the stream gets no further token after it, and the process does not exit by itself
+    (the real engine's measured abort path: SIGKILL after the stop grace ends it)."""
+    port = free_port()
+    argv = ["vllm", "serve", "m", "--port", str(port)] + (["--shutdown-timeout", str(timeout)] if timeout else [])
+    p = start(procs, argv)
+    wait_status(f"http://127.0.0.1:{port}/health", 200)
+    s = Stream(port, 1000)  # 1000 x 5 ms
+    signalled = time.monotonic()
+    p.p.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while not p.p.stdout or "aborted" not in (line := p.p.stdout.readline()):
+        assert line and time.monotonic() < deadline, "never aborted"
+    settled = len(s.times)
+    time.sleep(1.0)  # no token may come after the abort
+    assert p.p.poll() is None and len(s.times) == settled, "aborted requests get nothing more; the process stays"
+    p.p.kill()
+    s.thread.join(30)
+    assert not s.whole()
+    # 1 s of 5 ms tokens (~200) after the signal with the timeout; with 0 none (< 50: the margin
+    # is for the signal's delivery on a loaded machine).
+    after = len([t for t in s.times if t > signalled])
+    assert (after >= 50) == (timeout > 0), after
+
+
+def test_sigterm_vllm_with_a_shutdown_timeout_finishes_streams_then_exits_0(procs: list[Proc]) -> None:
+    """With --shutdown-timeout 30 (as the real-engine playbooks set it) the stream finishes whole
+    and the process exits 0 on its own, and from the signal on nothing new is admitted."""
+    port = free_port()
+    p = start(procs, ["vllm", "serve", "m", "--port", str(port), "--shutdown-timeout", "30"])
+    wait_status(f"http://127.0.0.1:{port}/health", 200)
+    s = Stream(port, 400)  # 2 s
+    p.p.send_signal(signal.SIGTERM)
+    wait_status(f"http://127.0.0.1:{port}/health", 503)
+    code, _ = get(f"http://127.0.0.1:{port}/v1/completions", {"prompt": "p", "max_tokens": 1})
+    s.thread.join(30)
+    rc, events, _ = p.finish()
+    assert (rc, code, s.whole()) == (0, 503, True)
     assert [e["event"] for e in events][-3:] == ["draining", "request", "exit"]
 
 

@@ -45,8 +45,10 @@ because this machine has no GPUs.  It honours the real contract, not a simplifie
 - Mooncake master: RPC, metrics and the embedded HTTP metadata server on their flags' ports; the
   master records every mounted store client while its connection lasts, and /metrics reports
   ``master_active_clients N`` and one ``mooncake_standin_store_client{...} 1`` line per client.
-- SIGTERM/SIGINT: stop accepting, finish in-flight requests within FLEET_STANDIN_GRACE_S (8),
-  exit 0.  FLEET_STANDIN_START_DELAY (s) delays readiness; FLEET_STANDIN_FAIL =
+- SIGTERM/SIGINT: nothing new is admitted (503, /health 503), and requests in flight are handled
+  as the real engine handles them (:func:`stop`): vLLM by its ``--shutdown-timeout``
+  (default 0: aborted, and the process stays until SIGKILL), SGLang waits for all of them.
+  FLEET_STANDIN_START_DELAY (s) delays readiness; FLEET_STANDIN_FAIL =
   ``crash-at-start`` | ``crash-after:<s>`` | ``never-healthy`` injects failures.
 - stdout: one JSON line per event; each served request logs host, role, generation
   (FLEET_GENERATION) and request id.
@@ -146,6 +148,9 @@ class Settings:
     store_extra: dict[str, Any] = field(default_factory=dict)  # its extra config
     metrics: bool = True  # /metrics served (SGLang: --enable-metrics)
     max_running: int = 256  # SGLang --max-running-requests, vLLM --max-num-seqs
+    # SIGTERM: seconds requests in flight may take before they are aborted (vLLM
+    # --shutdown-timeout, 0 = at once); None = as long as they take (SGLang, Mooncake master).
+    shutdown_timeout: int | None = None
     args: dict[str, Any] = field(default_factory=dict)  # what /server_info reports
 
     @property
@@ -248,6 +253,7 @@ def parse_vllm(args: list[str]) -> Settings:
     p.add_argument("--headless", action="store_true")
     p.add_argument("--kv-transfer-config", default=None)
     p.add_argument("--max-num-seqs", type=int, default=256)
+    p.add_argument("--shutdown-timeout", type=int, default=0)
     ns, _ = p.parse_known_args(args)
     model = ns.model or ns.model_tag or ""
     kv: dict[str, Any] = json.loads(ns.kv_transfer_config) if ns.kv_transfer_config else {}
@@ -259,7 +265,7 @@ def parse_vllm(args: list[str]) -> Settings:
         serve_http=not ns.headless and ns.node_rank == 0, tp=ns.tp, pp=ns.pp,
         nnodes=ns.nnodes, node_rank=ns.node_rank,
         dist_addr=(ns.master_addr, ns.master_port) if ns.nnodes > 1 else None,
-        pd_mode=pd, kv_config=kv, max_running=ns.max_num_seqs,
+        pd_mode=pd, kv_config=kv, max_running=ns.max_num_seqs, shutdown_timeout=ns.shutdown_timeout,
         args={
             "model": model, "served_model_name": served, "host": ns.host, "port": ns.port,
             "tensor_parallel_size": ns.tp, "pipeline_parallel_size": ns.pp,
@@ -584,6 +590,7 @@ class Engine:
         self.pd_timeout = float(env.get("FLEET_STANDIN_PD_TIMEOUT", "30"))
         self.healthy = threading.Event()
         self.draining = threading.Event()
+        self.aborted = threading.Event()  # SIGTERM gave up on the requests in flight: no more tokens
         self.lock = threading.Lock()
         self.inflight = 0
         self.served = 0
@@ -847,6 +854,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     self._sse(_chunk(ident, created, model, {"role": "assistant", "content": ""}))
             for i, tok in enumerate(_tokens(n)):
                 time.sleep(max(0.0, arrived + (i + 1) * e.token_s - time.monotonic()))
+                if e.aborted.is_set():  # no further token; the connection stays open until the kill
+                    threading.Event().wait()
                 timing.token()
                 sent_text.append(tok)
                 if not stream:
@@ -1201,26 +1210,44 @@ def run_mooncake(settings: Settings, engine: Engine) -> None:
 # Main
 
 
-def install_signals(engine: Engine, grace_s: float) -> None:
-    def stop(signum: int, _frame: object) -> None:
-        if engine.draining.is_set():
-            return
-        engine.draining.set()
-        LOG("draining", signal=signal.Signals(signum).name, inflight=engine.inflight)
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
-        def finish() -> None:
-            deadline = time.monotonic() + grace_s
-            while not engine.idle() and time.monotonic() < deadline:
-                time.sleep(0.02)
-            aborted = not engine.idle()
-            LOG("exit", code=0, aborted_inflight=engine.inflight if aborted else 0)
-            sys.stdout.flush()
-            os._exit(0)
 
-        threading.Thread(target=finish, daemon=True).start()
+def stop(engine: Engine, signum: int) -> None:
+    """SIGTERM/SIGINT as the played engine handles them.  From the signal on nothing new is
+    admitted (503) and /health answers 503; requests in flight:
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    - vLLM ``--shutdown-timeout N`` (measured with 0.32, docs/real-engine.md): with 0, its
+      default, the engine is stopped at once -- the requests in flight get no further token and
+      the server waits on their open connections, so the process stays until SIGKILL (exit 0 at
+      once when nothing is in flight); with N > 0 they finish and it exits 0, and those still
+      running after N s are aborted as with 0 (that expiry was not measured);
+    - SGLang (its tokenizer manager's SIGTERM watchdog): it waits for every request in flight,
+      however long, then exits 0 (its 5 s polling of the count and ``SGL_FORCE_SHUTDOWN`` are
+      not played);
+    - the Mooncake master serves no requests: it exits 0 at once.
+    """
+
+    if engine.draining.is_set():
+        return
+    engine.draining.set()
+    LOG("draining", signal=signal.Signals(signum).name, inflight=engine.inflight,
+        shutdown_timeout=engine.s.shutdown_timeout)  # fmt: skip
+
+    def finish() -> None:
+        limit = engine.s.shutdown_timeout
+        deadline = None if limit is None else time.monotonic() + limit
+        while not engine.idle() and (deadline is None or time.monotonic() < deadline):
+            time.sleep(0.02)
+        if not engine.idle():
+            engine.aborted.set()
+            LOG("aborted", inflight=engine.inflight)
+            return  # the process stays, holding the aborted requests' connections, until killed
+        LOG("exit", code=0)
+        sys.stdout.flush()
+        os._exit(0)
+
+    threading.Thread(target=finish, daemon=True).start()
 
 
 def start(argv: list[str], env: dict[str, str]) -> Engine:
@@ -1229,7 +1256,6 @@ def start(argv: list[str], env: dict[str, str]) -> Engine:
     settings = parse_command(argv)
     LOG.role = settings.role
     engine = Engine(settings, env)
-    install_signals(engine, float(env.get("FLEET_STANDIN_GRACE_S", "8")))
     fail = env.get("FLEET_STANDIN_FAIL", "")
     LOG("start", engine=settings.engine, argv=argv[1:], rank=settings.node_rank,
         nnodes=settings.nnodes, fail=fail or None)  # fmt: skip
@@ -1307,16 +1333,20 @@ def _bring_up(engine: Engine, fail: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
+    # Blocked before any thread exists, so every thread inherits the mask and the main thread
+    # takes the signals with sigwait.  (A Python handler runs only in the main thread: a signal
+    # the kernel delivered to an HTTP thread left the main thread asleep, the stop unhandled.)
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
-        start(args, dict(os.environ))
+        engine = start(args, dict(os.environ))
     except Fatal as err:
         if err.code == 2:  # a usage error: exactly what argparse prints
             sys.stderr.write(str(err) + "\n")
             sys.stderr.flush()
             os._exit(2)
         die(str(err), err.code)
-    while True:  # the main thread only waits, so signal handlers run promptly
-        time.sleep(3600)
+    while True:
+        stop(engine, signal.sigwait(STOP_SIGNALS))
 
 
 if __name__ == "__main__":
