@@ -1,6 +1,8 @@
 """One dockerd (with its own containerd) per sandbox host, inside the host's namespaces.
 
-The daemon runs (under tini, see :data:`REAPER`) via ``nsenter`` into the host sshd's network, mount and UTS namespaces, with
+The daemon runs under ``tini -s`` (:data:`procs.REAPER`: containerd's shims daemonize, and stay
+below it instead of going to the machine's init; tini forwards SIGTERM to dockerd and reaps
+them, which dockerd would not) via ``nsenter`` into the host sshd's network, mount and UTS namespaces, with
 ``/run`` (the host's private bind of ``<hostdir>/run``) as exec-root and socket dir: on the host
 plain ``docker`` finds it; from the root namespace it is ``<hostdir>/run/docker.sock``.  A
 ``--network host`` container therefore lives in that host's network.  Data-roots are seeded from
@@ -24,11 +26,6 @@ from launcher.sandbox import procs
 from launcher.sandbox.state import HostState
 
 READY_TIMEOUT_S = 60.0
-# dockerd runs under tini as a child subreaper: containerd's shims daemonize (their parent
-# exits), and would otherwise be reparented to the machine's init, out of reach of a teardown
-# that ends only the recorded process and its descendants.  tini forwards SIGTERM to dockerd and
-# reaps the shims (dockerd itself would leave them zombies).
-REAPER = ("tini", "-s", "--")
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -97,7 +94,7 @@ def cgroup_parent(sandbox: str, host: str) -> str:
 def start(sandbox: str, host: HostState) -> procs.ProcRef:
     assert host.sshd is not None
     cmd = (
-        "nsenter", "-t", str(host.sshd.pid), "-m", "-u", *(("-n",) if host.netns else ()), *REAPER,
+        "nsenter", "-t", str(host.sshd.pid), "-m", "-u", *(("-n",) if host.netns else ()), *procs.REAPER,
         *argv(f"{host.dir}/docker", cgroup_parent(sandbox, host.name)),
     )  # fmt: skip
     with open(Path(host.dir) / "dockerd.log", "ab") as log:

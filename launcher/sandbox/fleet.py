@@ -11,9 +11,10 @@ descendants of those processes -- never "every process in namespace X": a namesp
 number is reused once it dies, so a stale state file could name someone else's.  Containers are
 removed through each daemon's API; each dockerd gets SIGTERM through its tini (a child subreaper:
 containerd's shims, which daemonize, stay below it) and what is left of its tree is killed; each
-sshd's tree (sshd is a child subreaper too, see hostinit.py: sessions' orphans stay below it) is
-killed leaves first.  Then the namespaces, the root link and the guard route go, the per-daemon
-cgroups are removed and the state dir is deleted.  Nothing is mounted in the root namespace.
+the tree below each host's hostinit.py (sshd's parent, a child subreaper: sessions' leftovers and
+the sessions of a killed sshd stay below it) is killed leaves first.
+Then the namespaces, the root link and the guard route go, the per-daemon cgroups are removed
+and the state dir is deleted.  Nothing is mounted in the root namespace.
 """
 
 from __future__ import annotations
@@ -168,7 +169,8 @@ def _start_sshds(st: SandboxState) -> SandboxState:
 
     _parallel(prepare, st.hosts)
     for h in st.hosts:
-        st = st.with_host(replace(h, sshd=sshd.start(h, script)))
+        init, daemon = sshd.start(h, script)
+        st = st.with_host(replace(h, sshd_init=init, sshd=daemon))
         state.save(st)
     deadline = time.monotonic() + sshd.READY_TIMEOUT_S
     _parallel(lambda h: sshd.wait_ready(h, deadline), st.hosts)
@@ -212,12 +214,12 @@ def down(name: str = "default", note: Callable[[str], None] | None = None) -> bo
     hosts = st.hosts if st is not None else ()
     say = note or (lambda line: print(line, file=sys.stderr))
     for h in hosts:
-        for what, r in (("sshd", h.sshd), ("dockerd", h.dockerd)):
+        for what, r in (("sshd", h.sshd), ("hostinit", h.sshd_init), ("dockerd", h.dockerd)):
             if r is not None and r.stale():
                 say(f"sandbox {name}: {h.name} {what}: PID {r.pid} now belongs to another process, not touched")
     _parallel(dockerd.remove_containers, [h for h in hosts if h.dockerd and h.dockerd.alive()])
     _parallel(lambda r: procs.end_tree_root_first(r, 15.0), [h.dockerd for h in hosts if h.dockerd is not None])
-    _parallel(lambda r: procs.end_tree_leaves_first(r, 2.0), [h.sshd for h in hosts if h.sshd is not None])
+    _parallel(_end_sessions, hosts)
     for h in hosts:
         dockerd.remove_cgroups(name, h.name)
     netns.delete(name, st.root_ifname if st is not None else None)
@@ -225,6 +227,14 @@ def down(name: str = "default", note: Callable[[str], None] | None = None) -> bo
         netns.del_guard(st.route_metric)
     shutil.rmtree(state.state_root() / name, ignore_errors=True)
     return True
+
+
+def _end_sessions(h: HostState) -> None:
+    """The tree below hostinit.py (sshd, its sessions, what they left behind), or below sshd in
+    a state file older than the record of hostinit."""
+    root = h.sshd_init or h.sshd
+    if root is not None:
+        procs.end_tree_leaves_first(root, 2.0)
 
 
 def status(name: str = "default") -> dict[str, Any]:

@@ -1,6 +1,8 @@
-"""First process of a sandbox host's private mount+UTS namespace; it ends by exec'ing the host's
-sshd, so the PID the harness recorded is sshd's.  Run as ``python3 hostinit.py NAME HOSTDIR``
-under ``[ip netns exec NS] unshare --mount --uts``.  Stdlib only; mounts via libc (one process,
+"""First process of a sandbox host's private mount+UTS namespace; it ends by forking the host's
+sshd and staying as its parent, a child subreaper that reaps every child until none is left: a
+session's leftovers (a daemonized process, the sessions of a killed sshd) stay below this
+process, whose PID (and sshd's) the harness recorded, where teardown finds them.  Run as
+``python3 hostinit.py NAME HOSTDIR`` under ``[ip netns exec NS] unshare --mount --uts``.  Stdlib only; mounts via libc (one process,
 not one ``mount`` exec per bind: a host needs about a hundred of them).
 
 In the host's mount namespace it sets up:
@@ -29,6 +31,7 @@ import ctypes
 import os
 import pwd
 import shutil
+import signal
 import socket
 import sys
 
@@ -122,13 +125,28 @@ def main(name: str, hostdir: str) -> None:
         for node in sorted(os.listdir(f"{hostdir}/fakehw/dev/infiniband")):
             major, minor = open(f"{hostdir}/fakehw/dev/infiniband/{node}").read().split(":")
             os.mknod(f"/dev/infiniband/{node}", 0o20666, os.makedev(int(major), int(minor)))
-    # A child subreaper (kept across exec): what a session leaves running when it ends stays
-    # below sshd, where teardown finds it (it ends sshd's descendants, not a namespace's
-    # members); sshd reaps any child.
+    sshd = shutil.which("sshd", path="/usr/sbin:/usr/bin:/sbin") or "/usr/sbin/sshd"
+    keep((sshd, "-D", "-e", "-f", f"{hostdir}/sshd_config"))
+
+
+def keep(argv: tuple[str, ...]) -> None:
+    """Runs ``argv`` as a child and reaps every child (orphans become ours: child subreaper)
+    until none is left; SIGTERM/SIGINT/SIGHUP are passed on to that child."""
     if _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
-    sshd = shutil.which("sshd", path="/usr/sbin:/usr/bin:/sbin") or "/usr/sbin/sshd"
-    os.execv(sshd, (sshd, "-D", "-e", "-f", f"{hostdir}/sshd_config"))
+    pid = os.fork()
+    if pid == 0:
+        os.execv(argv[0], argv)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda s, _f: os.kill(pid, s))
+    code = 0
+    while True:
+        try:
+            done, status = os.wait()
+        except ChildProcessError:
+            sys.exit(code)
+        if done == pid:
+            code = os.waitstatus_to_exitcode(status)
 
 
 if __name__ == "__main__":

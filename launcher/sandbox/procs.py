@@ -16,6 +16,11 @@ import psutil
 
 from launcher.errors import FleetError
 
+# A child subreaper above each dockerd the sandbox starts (it forwards signals to its child and
+# reaps): what the daemon's children leave behind (containerd's shims) becomes its child, so it
+# stays among the descendants of a recorded process instead of going to the machine's init.
+REAPER = ("tini", "-s", "--")
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProcRef:
@@ -58,6 +63,24 @@ def ref(pid: int) -> ProcRef:
         return ProcRef(pid=pid, created=psutil.Process(pid).create_time())
     except psutil.NoSuchProcess:
         raise ProcessLookupError(pid) from None
+
+
+def child_of(parent: ProcRef, timeout_s: float) -> ProcRef | None:
+    """The (first) child of ``parent`` once it has one, or None if it has none by ``timeout_s``
+    or ``parent`` is gone."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        proc = parent.process()
+        if proc is None:
+            return None
+        try:
+            children = proc.children()
+            if children:
+                return ProcRef(pid=children[0].pid, created=children[0].create_time())
+        except psutil.NoSuchProcess:
+            pass
+        time.sleep(0.01)
+    return None
 
 
 def descendants(root: ProcRef) -> tuple[ProcRef, ...]:

@@ -1,9 +1,10 @@
 """One OpenSSH sshd per sandbox host: keys, config, start inside the host's namespaces, readiness.
 
-Each sshd is the exec'ed end of ``[ip netns exec NS] unshare --mount --uts python3 hostinit.py``, so
-the PID recorded at start is sshd's own, the host gets a private mount namespace (its own /srv,
-/run, cgroup mounts, fake tools and /sys/class/infiniband) and its own hostname, and every SSH
-session and docker container of the host inherits both.
+Each sshd is the child of ``[ip netns exec NS] unshare --mount --uts python3 hostinit.py`` (which
+stays as its parent and reaps what sessions leave behind; both PIDs are recorded), the host gets a
+private mount namespace (its own /srv, /run, cgroup mounts, fake tools and
+/sys/class/infiniband) and its own hostname, and every SSH session and docker container of the
+host inherits both.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import subprocess
 from importlib import resources
 from pathlib import Path
 
+from launcher.errors import FleetError
 from launcher.sandbox import procs
 from launcher.sandbox.state import HostState
 
@@ -66,7 +68,9 @@ def hostinit_script(dest: Path) -> Path:
     return dest
 
 
-def start(host: HostState, script: Path) -> procs.ProcRef:
+def start(host: HostState, script: Path) -> tuple[procs.ProcRef, procs.ProcRef]:
+    """Starts the host's sshd below hostinit.py (a child subreaper: a session that outlives a
+    killed sshd stays below it); returns (hostinit, sshd)."""
     d = Path(host.dir)
     for sub in ("srv", "run/sshd", "fakehw/bin", "etc-fleet", "var-lib-fleet", "root-ssh"):
         (d / sub).mkdir(parents=True, exist_ok=True)
@@ -79,7 +83,12 @@ def start(host: HostState, script: Path) -> procs.ProcRef:
         proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
-    return procs.ref(proc.pid)
+    init = procs.ref(proc.pid)
+    daemon = procs.child_of(init, READY_TIMEOUT_S)
+    if daemon is None:
+        procs.kill_all((init,), 2.0)
+        raise FleetError(f"{host.name}: sshd did not start: {_log_tail(host)}")
+    return init, daemon
 
 
 def wait_ready(host: HostState, deadline: float) -> None:

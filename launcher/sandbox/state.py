@@ -50,6 +50,7 @@ class HostState:
     data_ip: str
     kind: HostKind = "docker"
     sshd: ProcRef | None = None
+    sshd_init: ProcRef | None = None  # hostinit.py, sshd's parent: a dead sshd's sessions stay below it
     dockerd: ProcRef | None = None  # the tini above the host's dockerd (see dockerd.py)
 
     @property
@@ -105,12 +106,13 @@ def load(name: str) -> SandboxState | None:
         raw: dict[str, Any] = json.loads(path.read_text())
     except FileNotFoundError:
         return None
-    known = {f.name for f in fields(HostState)} - {"sshd", "dockerd"}
+    known = {f.name for f in fields(HostState)} - {"sshd", "sshd_init", "dockerd"}
     hosts = tuple(
         HostState(
             # An older state file may hold fields teardown no longer uses (namespace inodes).
             **{k: v for k, v in h.items() if k in known},
             sshd=_proc(h.get("sshd")),
+            sshd_init=_proc(h.get("sshd_init")),
             dockerd=_proc(h.get("dockerd")),
         )
         for h in raw.pop("hosts")

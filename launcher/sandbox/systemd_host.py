@@ -234,7 +234,7 @@ def _start_runner(sandbox: str, h: HostState) -> procs.ProcRef:
     cmd = (
         "nsenter", f"--net=/run/netns/{h.netns}", "unshare", "--mount", "--uts", "--propagation", "private",
         "sh", "-c", 'mount --bind "$0" /run && hostname "$1" && shift && exec "$@"', f"{h.dir}/run", h.name,
-        *dockerd.REAPER, *dockerd.argv(f"{h.dir}/docker", dockerd.cgroup_parent(sandbox, h.name)),
+        *procs.REAPER, *dockerd.argv(f"{h.dir}/docker", dockerd.cgroup_parent(sandbox, h.name)),
     )  # fmt: skip
     with open(Path(h.dir) / "dockerd.log", "ab") as log:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

@@ -19,7 +19,7 @@ from typing import Iterator
 import psutil
 import pytest
 
-from launcher.sandbox import dockerd, fleet, image, netns, procs, state
+from launcher.sandbox import dockerd, faults, fleet, image, netns, procs, state
 from launcher.sandbox.client import Sandbox
 
 pytestmark = pytest.mark.sandbox
@@ -106,9 +106,12 @@ def test_a_recorded_namespace_id_is_never_a_reason_to_kill(
 
 
 def _find(cmdline: list[str]) -> procs.ProcRef:
-    for p in psutil.process_iter(["cmdline"]):
-        if p.info["cmdline"] == cmdline:
-            return procs.ProcRef(pid=p.pid, created=p.create_time())
+    deadline = time.monotonic() + 20  # `docker run -d` may return before its process exec'ed
+    while time.monotonic() < deadline:
+        for p in psutil.process_iter(["cmdline"]):
+            if p.info["cmdline"] == cmdline:
+                return procs.ProcRef(pid=p.pid, created=p.create_time())
+        time.sleep(0.1)
     raise AssertionError(f"no process {cmdline}")
 
 
@@ -116,8 +119,9 @@ def test_up_then_down_leaves_nothing_even_what_escaped_its_session(monkeypatch: 
     """On a one-host sandbox of its own: a session leaves a daemonized process (its parent
     exits) and the host's docker runs a container that ignores SIGTERM; its daemon's API is
     not asked to remove it (as when the API is stuck).  Both are below a recorded process
-    (sshd and the tini above dockerd are child subreapers), and ``down`` leaves no process,
-    namespace or mount of the sandbox."""
+    (hostinit.py above sshd and the tini above dockerd are child subreapers), the leftover also
+    once sshd is killed (the ``sshd-kill`` fault).  ``down`` leaves no process, namespace or
+    mount of the sandbox."""
     _need_root()
     name = f"sbsafe{os.getpid() % 100000}u"
     st = fleet.up(name, 1)
@@ -131,9 +135,13 @@ def test_up_then_down_leaves_nothing_even_what_escaped_its_session(monkeypatch: 
         assert res.rc == 0, res.err
         escaped = _find(["sleep", marker])
         container = _find(["sleep", "600"])
-        assert escaped in procs.descendants(h.sshd)
+        assert h.sshd_init is not None and h.sshd in procs.descendants(h.sshd_init)
+        assert escaped in procs.descendants(h.sshd_init)
         assert container in procs.descendants(h.dockerd)
         host_ns = {("mnt", _ns(h.sshd.pid, "mnt"))} | {("net", _ns(h.sshd.pid, "net"))}
+        faults.sshd_signal(h, "kill")
+        assert procs.wait_gone((h.sshd,), 10.0) == ()
+        assert escaped in procs.descendants(h.sshd_init)
     finally:
         sb.close()
         with monkeypatch.context() as m:
