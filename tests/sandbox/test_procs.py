@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import signal
 import subprocess
+import time
 
 import pytest
 
@@ -31,3 +32,22 @@ def test_a_process_is_its_pid_and_creation_time() -> None:
         child.wait()
     with pytest.raises(ProcessLookupError):
         procs.ref(child.pid)
+
+
+def test_descendants_only_of_the_very_process() -> None:
+    """A root whose start time differs (a recycled PID) has no descendants to end; the real
+    one's are its whole tree."""
+    parent = subprocess.Popen(["sh", "-c", "sleep 30 & sleep 30 & wait"])
+    try:
+        root = procs.ref(parent.pid)
+        assert procs.child_of(root, 10.0) is not None
+        deadline = time.monotonic() + 10
+        while len(procs.descendants(root)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(procs.descendants(root)) == 2
+        assert procs.descendants(dataclasses.replace(root, created=root.created - 1.0)) == ()
+        procs.end_tree_leaves_first(root, 2.0)
+        assert parent.wait(timeout=10) is not None and procs.descendants(root) == ()
+    finally:
+        parent.kill()
+        parent.wait()
