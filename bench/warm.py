@@ -11,8 +11,7 @@ dir as ``big``, and the playbook is the sandbox one with ``model: /models/big``.
 turn: (a) evicted: ``fleet down``, the model's pages written back and evicted (``vmtouch -e`` on
 that dir only, never the machine's whole cache), ``fleet up``; (b) warmed: the same, then
 ``fleet up --warm`` (preflight, then ``fleet weights warm``, then the deploy: its time includes
-the reading).  Measured: ``fleet up`` to all-healthy, and vLLM's own "Loading weights took" /
-"Model loading took" lines.  An untimed
+the reading).  Measured: ``fleet up`` to all-healthy, and vLLM's own "Loading weights took" line.  An untimed
 first ``fleet up`` fills the host's compile cache.  Nothing is asserted; results go to
 bench/results/warm-*.json.
 """
@@ -39,8 +38,7 @@ PLAYBOOK = REPO / "playbooks/sandbox/real-single.yaml"
 UNIT = "fleet-sb-real-single-single0-r0"
 HIDDEN, INTER, HEADS, KV_HEADS, HEAD_DIM = 1024, 4096, 16, 4, 64
 _WARMED = re.compile(r"fleet: weights warm: 1 host\(s\), (\d+) bytes read")
-_LOAD = {"weights_s": re.compile(r"Loading weights took ([\d.]+) seconds"),
-         "model_loading_s": re.compile(r"Model loading took [\d.]+ \w+ and ([\d.]+) seconds")}
+_LOAD = {"weights_s": re.compile(r"Loading weights took ([\d.]+) seconds")}
 
 
 def _tile(seed: int) -> bytes:
@@ -58,9 +56,9 @@ def _weights(n: int, tile: bytes) -> bytes:
 def write_model(tiny: Path, out: Path, layers: int) -> int:
     """A Llama of ``layers`` layers with the tiny model's tokenizer; returns its bytes."""
     out.mkdir(parents=True)
-    for f in tiny.iterdir():
-        if f.suffix != ".safetensors":
-            shutil.copy(f, out / f.name)
+    for src in tiny.iterdir():
+        if src.suffix != ".safetensors":
+            shutil.copy(src, out / src.name)
     config = json.loads((tiny / "config.json").read_text())
     config.update(hidden_size=HIDDEN, intermediate_size=INTER, num_attention_heads=HEADS,
                   num_key_value_heads=KV_HEADS, head_dim=HEAD_DIM, num_hidden_layers=layers)  # fmt: skip
@@ -155,7 +153,7 @@ def main() -> None:
     for mode in ("evicted", "warmed"):
         mine = [r for r in rows if r["mode"] == mode]
         print(f"{mode}: fleet up median {fmt_s(median([float(r['up_s']) for r in mine]))}, "  # type: ignore[arg-type]
-              f"vLLM weights load {[r['weights_s'] for r in mine]}, model loading {[r['model_loading_s'] for r in mine]}")
+              f"vLLM weights load {[r['weights_s'] for r in mine]}")
     print(write_results("warm", {"machine": machine(), "model_bytes": size, "layers": args.layers,
                                  "first_up_s": first.wall_s, "runs": rows}))  # fmt: skip
 

@@ -48,7 +48,7 @@ from launcher.weights.needs import ModelNeed
 from launcher.weights.spread import SOURCE, Spread, Transfer, chunk_bytes
 
 SCAN_TIMEOUT_S = 6 * 3600.0  # hashing hundreds of GB
-TRANSFER_TIMEOUT_S = 24 * 3600.0  # one file; rsync's own --timeout catches a stalled link
+TRANSFER_TIMEOUT_S = 24 * 3600.0  # one batch; rsync's own --timeout catches a stalled link
 RSYNC_IO_TIMEOUT_S = 120
 PARTIAL_DIR = ".fleet-partial"  # resumable: an interrupted file's data is kept here
 
