@@ -1,53 +1,174 @@
-"""The REAL vLLM (its CPU build) as a native systemd unit on a sandbox host of kind systemd
-(systemd as PID 1 in its own root filesystem, vLLM installed there from the real-engine image):
-``up`` waits out the real cold start under systemd, a chat completion goes through the planned
-endpoint, ``status`` reads it through ``systemctl show``, ``logs`` reads vLLM's own lines from the
-journal, ``down`` stops it through systemd (vLLM's SIGTERM path, KillMode=mixed) and leaves no
-unit, unit file, lock or engine process.  The module brings up its own one-host sandbox.
+"""The REAL vLLM (its CPU build) as native systemd units on two sandbox hosts of kind systemd
+(systemd as PID 1 in their own root filesystems, vLLM and vllm-router installed there from the
+real-engine image), behind the deployment's own router (vllm-router, a native unit on s1).  One
+deployment for the whole module, in order: ``up`` waits out the real cold starts under systemd and
+chat completions go through the router and each replica; ``status`` reads them through ``systemctl
+show``; ``logs`` reads vLLM's own lines from the journal; ``up`` of generation 2 rolls the replicas
+one at a time (drained through the deployment's router) while a bounded chat load goes through
+the router -- no request fails, systemd runs a new engine process for each, ``logs`` shows that new
+process's journal lines; ``down`` stops everything through systemd (vLLM's SIGTERM path,
+KillMode=mixed) and leaves no unit, unit file, lock or engine process.  The module brings up its
+own two-host sandbox.
 """
 
 from __future__ import annotations
 
+import json
+import threading
+import time
+import urllib.error
+from collections import Counter
 from typing import Iterator
 
 import pytest
 
+from launcher.rolling.router_api import RouterClient
 from launcher.sandbox.client import Sandbox
 from tests.real_engine.harness import PLAYBOOKS, chat, endpoints, fleet, get, leftovers, ok, status
 from tests.sandbox.systemd_hosts import own_sandbox
 
 pytestmark = pytest.mark.real_engine
 
-PLAYBOOK = PLAYBOOKS / "systemd-real.yaml"
-UNIT = "fleet-sb-sysreal-single0-r0"
+V1 = PLAYBOOKS / "systemd-real.yaml"
+V2 = PLAYBOOKS / "systemd-real-v2.yaml"
+HOSTS = ("s1", "s2")
+UNITS = {h: f"fleet-sb-sysreal-single{i}-r0" for i, h in enumerate(HOSTS)}
+ROUTER = "fleet-sb-sysreal-router-r0"
 MODEL = "ministral-3-14b"
+ROLL_TIMEOUT_S = 3000  # two cold starts one after the other; each took minutes at a load average of ~60 here
 
 
 @pytest.fixture(scope="module")
 def sb() -> Iterator[Sandbox]:
-    yield from own_sandbox("sr", 1, real_engine=True)
+    yield from own_sandbox("sr", len(HOSTS), real_engine=True)
 
 
-def test_real_vllm_under_systemd_up_status_logs_down(sb: Sandbox) -> None:
-    up = ok(fleet(sb, "up", str(PLAYBOOK)))
-    assert f"s1/{UNIT}: healthy" in up.stderr
-    assert sb.ssh("s1", "cat /proc/1/comm").out == "systemd\n"
-    main = sb.ssh("s1", f"systemctl show -P MainPID {UNIT}.service").out.strip()
-    assert "vllm serve /srv/models/tiny" in sb.ssh("s1", f"tr '\\0' ' ' </proc/{main}/cmdline").out
-    base = endpoints(sb, PLAYBOOK)[UNIT]
-    assert get(f"{base}/health")[0] == 200
-    doc = chat(base, MODEL)
-    assert doc["model"] == MODEL and doc["usage"]["completion_tokens"] == 8
-    assert [(r["host"], r["unit"], r["state"], r["health"]) for r in status(sb, PLAYBOOK)] == [
-        ("s1", UNIT, "running", "ok")
-    ]
-    logs = ok(fleet(sb, "logs", str(PLAYBOOK), "--tail", "400")).stdout.splitlines()
-    mine = [line for line in logs if line.startswith(f"s1/{UNIT} | ")]
-    assert any(f" s1 {UNIT}[" in line and "(APIServer pid=" in line for line in mine), mine[-5:]
-    assert any('"POST /v1/chat/completions HTTP/1.1" 200' in line for line in mine), mine[-5:]
+@pytest.fixture(scope="module")
+def router(sb: Sandbox) -> Iterator[str]:
+    """The deployment (generation 1) is up for the module; its router's URL.  Whatever a failed
+    test left is taken down at the end."""
+    t0 = time.monotonic()
+    up = ok(fleet(sb, "up", str(V1), timeout=ROLL_TIMEOUT_S))
+    print(f"systemd real deployment up (2 cold starts at once): {time.monotonic() - t0:.1f}s")
+    for h in HOSTS:
+        assert f"{h}/{UNITS[h]}: healthy" in up.stderr, up.stderr
+    assert f"s1/{ROUTER}: healthy" in up.stderr, up.stderr
+    try:
+        yield f"http://{sb.host('s1').address}:8300"
+    finally:
+        fleet(sb, "down", str(V2), "-q", "--break-lock")
 
-    down = ok(fleet(sb, "down", str(PLAYBOOK)))
-    assert f"s1/{UNIT}: removed" in down.stderr
-    assert leftovers(sb, ("s1",), "sb-sysreal") == []
-    res = sb.ssh("s1", f"ls /etc/systemd/system | grep '^fleet-'; pgrep -f 'vllm[ ]serve'; systemctl status {UNIT}.service >/dev/null; echo $?")
-    assert res.out == "4\n", res.out  # no unit file, no engine process, no such unit
+
+def main_pid(sb: Sandbox, host: str, unit: str) -> str:
+    return sb.ssh(host, f"systemctl show -P MainPID {unit}.service").out.strip()
+
+
+def unit_logs(sb: Sandbox, host: str, unit: str) -> list[str]:
+    logs = ok(fleet(sb, "logs", str(V2), "--tail", "1000", timeout=120)).stdout.splitlines()
+    return [line for line in logs if line.startswith(f"{host}/{unit} | ")]
+
+
+def test_up_status_logs_under_systemd(sb: Sandbox, router: str) -> None:
+    for h in HOSTS:
+        assert sb.ssh(h, "cat /proc/1/comm").out == "systemd\n"
+        cmdline = sb.ssh(h, f"tr '\\0' ' ' </proc/{main_pid(sb, h, UNITS[h])}/cmdline").out
+        assert "vllm serve /srv/models/tiny" in cmdline and "--enforce-eager" in cmdline, cmdline
+    # vllm-router sets its own process title
+    assert sb.ssh("s1", f"tr '\\0' ' ' </proc/{main_pid(sb, 's1', ROUTER)}/cmdline").out.startswith("vllm::router ")
+    bases = endpoints(sb, V1)
+    for h in HOSTS:
+        assert get(f"{bases[UNITS[h]]}/health")[0] == 200
+        doc = chat(bases[UNITS[h]], MODEL)
+        assert doc["model"] == MODEL and doc["usage"]["completion_tokens"] == 8
+    assert {w.url: w.healthy for w in RouterClient(router).workers()} == {
+        f"http://{sb.host(h).data_ip}:8100": True for h in HOSTS
+    }
+    assert chat(router, MODEL)["usage"]["completion_tokens"] == 8
+    assert sorted((r["host"], r["unit"], r["state"], r["health"], r["generation"]) for r in status(sb, V1)) == sorted(
+        [(h, UNITS[h], "running", "ok", 1) for h in HOSTS] + [("s1", ROUTER, "running", "ok", 1)]
+    )
+    for h in HOSTS:
+        mine = unit_logs(sb, h, UNITS[h])
+        assert any(f" {h} {UNITS[h]}[" in line and "(APIServer pid=" in line for line in mine), mine[-5:]
+        assert any('"POST /v1/chat/completions HTTP/1.1" 200' in line for line in mine), mine[-5:]
+
+
+class ChatLoad:
+    """``workers`` threads sending chat completions (``max_tokens`` tokens each) to ``url`` until
+    stopped: a bounded load (at most ``workers`` requests in flight); each answer's outcome."""
+
+    def __init__(self, url: str, workers: int = 2, max_tokens: int = 32) -> None:
+        self.url, self.max_tokens = url, max_tokens
+        self.results: list[str] = []
+        self._stop, self._lock = threading.Event(), threading.Lock()
+        self._threads = [threading.Thread(target=self._loop, daemon=True) for _ in range(workers)]
+        for t in self._threads:
+            t.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                doc = chat(self.url, MODEL, max_tokens=self.max_tokens, timeout=300)
+                got = doc["usage"]["completion_tokens"]
+                outcome = "ok" if got == self.max_tokens else f"{got} tokens"
+            except (OSError, ValueError, KeyError) as err:  # HTTPError, refused, reset, bad JSON
+                outcome = repr(err)[:200]
+            with self._lock:
+                self.results.append(outcome)
+
+    def stop(self) -> list[str]:
+        self._stop.set()
+        for t in self._threads:
+            t.join(330)
+        return list(self.results)
+
+
+def test_rolling_restart_under_load_behind_the_deployments_router(sb: Sandbox, router: str) -> None:
+    before = {h: main_pid(sb, h, UNITS[h]) for h in HOSTS}
+    router_pid = main_pid(sb, "s1", ROUTER)
+    load = ChatLoad(router)
+    t0 = time.monotonic()
+    try:
+        roll = fleet(sb, "up", str(V2), "--json", timeout=ROLL_TIMEOUT_S)
+    finally:
+        results = load.stop()
+    print(f"rolling restart of 2 real replicas under systemd: {time.monotonic() - t0:.1f}s, "
+          f"{len(results)} requests, outcomes {Counter(results).most_common(5)}")
+    assert roll.returncode == 0, roll.stderr
+    assert f"draining through the deployment's router http://{sb.host('s1').address}:8300" in roll.stderr
+    doc = json.loads(roll.stdout)
+    assert [(g["group"], g["batch"], g["outcome"], g["generation_after"]) for g in doc["groups"]] == [
+        ("sb-sysreal/single0", 1, "restarted", 2), ("sb-sysreal/single1", 2, "restarted", 2),
+        ("sb-sysreal/router", 0, "skipped", 1),  # unchanged by v2: it kept serving
+    ]  # fmt: skip
+    assert results and [r for r in results if r != "ok"] == [], results
+    after = {h: main_pid(sb, h, UNITS[h]) for h in HOSTS}
+    assert all(after[h] not in ("", "0", before[h]) for h in HOSTS), (before, after)
+    assert main_pid(sb, "s1", ROUTER) == router_pid  # the router served throughout
+    assert {w.url: w.healthy for w in RouterClient(router).workers()} == {
+        f"http://{sb.host(h).data_ip}:8100": True for h in HOSTS
+    }
+    assert sorted((r["host"], r["unit"], r["state"], r["health"], r["generation"]) for r in status(sb, V2)) == sorted(
+        [(h, UNITS[h], "running", "ok", 2) for h in HOSTS] + [("s1", ROUTER, "running", "ok", 1)]
+    )
+    bases = endpoints(sb, V2)
+    for h in HOSTS:
+        assert chat(bases[UNITS[h]], MODEL)["usage"]["completion_tokens"] == 8
+    for h in HOSTS:  # the journal of the new engine process: its start and the request just sent
+        new = [line for line in unit_logs(sb, h, UNITS[h]) if f" {h} {UNITS[h]}[{after[h]}]: " in line]
+        assert any("(APIServer pid=" in line for line in new), new[-5:]
+        assert any('"POST /v1/chat/completions HTTP/1.1" 200' in line for line in new), new[-5:]
+
+
+def test_down_leaves_nothing(sb: Sandbox, router: str) -> None:
+    down = ok(fleet(sb, "down", str(V2)))
+    for h in HOSTS:
+        assert f"{h}/{UNITS[h]}: removed" in down.stderr
+    assert f"s1/{ROUTER}: removed" in down.stderr
+    assert leftovers(sb, HOSTS, "sb-sysreal") == []
+    for h in HOSTS:
+        res = sb.ssh(h, f"ls /etc/systemd/system | grep '^fleet-'; pgrep -f 'vllm[ ]serve|vllm[-]router'; "
+                        f"systemctl status {UNITS[h]}.service >/dev/null; echo $?")  # fmt: skip
+        assert res.out == "4\n", res.out  # no unit file, no engine or router process, no such unit
+    with pytest.raises(urllib.error.URLError):
+        chat(router, MODEL, timeout=10)
