@@ -14,7 +14,6 @@ own two-host sandbox.
 from __future__ import annotations
 
 import json
-import threading
 import time
 import urllib.error
 from collections import Counter
@@ -25,6 +24,7 @@ import pytest
 from launcher.rolling.router_api import RouterClient
 from launcher.sandbox.client import Sandbox
 from tests.real_engine.harness import PLAYBOOKS, chat, endpoints, fleet, get, leftovers, ok, status
+from tests.real_engine.load import ChatLoad, truncated
 from tests.sandbox.systemd_hosts import own_sandbox
 
 pytestmark = pytest.mark.real_engine
@@ -35,6 +35,7 @@ HOSTS = ("s1", "s2")
 UNITS = {h: f"fleet-sb-sysreal-single{i}-r0" for i, h in enumerate(HOSTS)}
 ROUTER = "fleet-sb-sysreal-router-r0"
 MODEL = "ministral-3-14b"
+LOAD_REQUESTS = 100  # bounded: short answers and 200-token streams through the router, each checked whole
 ROLL_TIMEOUT_S = 3000  # two cold starts one after the other; each took minutes at a load average of ~60 here
 
 
@@ -93,47 +94,20 @@ def test_up_status_logs_under_systemd(sb: Sandbox, router: str) -> None:
         assert any('"POST /v1/chat/completions HTTP/1.1" 200' in line for line in mine), mine[-5:]
 
 
-class ChatLoad:
-    """``workers`` threads sending chat completions (``max_tokens`` tokens each) to ``url`` until
-    stopped: a bounded load (at most ``workers`` requests in flight); each answer's outcome."""
-
-    def __init__(self, url: str, workers: int = 2, max_tokens: int = 32) -> None:
-        self.url, self.max_tokens = url, max_tokens
-        self.results: list[str] = []
-        self._stop, self._lock = threading.Event(), threading.Lock()
-        self._threads = [threading.Thread(target=self._loop, daemon=True) for _ in range(workers)]
-        for t in self._threads:
-            t.start()
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                doc = chat(self.url, MODEL, max_tokens=self.max_tokens, timeout=300)
-                got = doc["usage"]["completion_tokens"]
-                outcome = "ok" if got == self.max_tokens else f"{got} tokens"
-            except (OSError, ValueError, KeyError) as err:  # HTTPError, refused, reset, bad JSON
-                outcome = repr(err)[:200]
-            with self._lock:
-                self.results.append(outcome)
-
-    def stop(self) -> list[str]:
-        self._stop.set()
-        for t in self._threads:
-            t.join(330)
-        return list(self.results)
-
-
 def test_rolling_restart_under_load_behind_the_deployments_router(sb: Sandbox, router: str) -> None:
     before = {h: main_pid(sb, h, UNITS[h]) for h in HOSTS}
     router_pid = main_pid(sb, "s1", ROUTER)
-    load = ChatLoad(router)
+    load = ChatLoad(router, model=MODEL, workers=3, stream_every=3, stream_tokens=200,
+                    max_seconds=ROLL_TIMEOUT_S + 600).start()  # fmt: skip
     t0 = time.monotonic()
     try:
         roll = fleet(sb, "up", str(V2), "--json", timeout=ROLL_TIMEOUT_S)
     finally:
-        results = load.stop()
-    print(f"rolling restart of 2 real replicas under systemd: {time.monotonic() - t0:.1f}s, "
-          f"{len(results)} requests, outcomes {Counter(results).most_common(5)}")
+        results = load.stop(at_least=LOAD_REQUESTS, timeout=600)
+    failed = [r for r in results if not r.ok]
+    print(f"rolling restart of 2 real replicas under systemd: {time.monotonic() - t0:.1f}s, {len(results)} requests "
+          f"({sum(r.kind == 'stream' for r in results)} streams), {sum(truncated(r) for r in results)} truncated, "
+          f"{len(failed)} failed: {Counter(r.error[:80] for r in failed).most_common(3)}")
     assert roll.returncode == 0, roll.stderr
     assert f"draining through the deployment's router http://{sb.host('s1').address}:8300" in roll.stderr
     doc = json.loads(roll.stdout)
@@ -141,7 +115,7 @@ def test_rolling_restart_under_load_behind_the_deployments_router(sb: Sandbox, r
         ("sb-sysreal/single0", 1, "restarted", 2), ("sb-sysreal/single1", 2, "restarted", 2),
         ("sb-sysreal/router", 0, "skipped", 1),  # unchanged by v2: it kept serving
     ]  # fmt: skip
-    assert results and [r for r in results if r != "ok"] == [], results
+    assert len(results) >= LOAD_REQUESTS and failed == [], failed[:5]
     after = {h: main_pid(sb, h, UNITS[h]) for h in HOSTS}
     assert all(after[h] not in ("", "0", before[h]) for h in HOSTS), (before, after)
     assert main_pid(sb, "s1", ROUTER) == router_pid  # the router served throughout
