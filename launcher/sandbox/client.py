@@ -70,9 +70,20 @@ class Sandbox:
         with self._lock:
             client = self._clients.get(name)
             transport = client.get_transport() if client else None
-            if client is None or transport is None or not transport.is_active():
+            fresh = client is None or transport is None or not transport.is_active()
+            if fresh:
                 client = self._clients[name] = self.connect(name)
-        _, stdout, stderr = client.exec_command(cmd, timeout=timeout)
+        assert client is not None
+        try:
+            _, stdout, stderr = client.exec_command(cmd, timeout=timeout)
+        except paramiko.SSHException:
+            if fresh:
+                raise
+            # A cached connection idle for minutes can look active yet no longer open channels
+            # (a CI run: 'Timeout opening channel' after a 12-min rollout): one new connection.
+            with self._lock:
+                client = self._clients[name] = self.connect(name)
+            _, stdout, stderr = client.exec_command(cmd, timeout=timeout)
         out = stdout.read().decode(errors="replace")
         err = stderr.read().decode(errors="replace")
         return Result(rc=stdout.channel.recv_exit_status(), out=out, err=err)
