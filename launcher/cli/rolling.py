@@ -190,7 +190,8 @@ def _run(
 ) -> None:  # fmt: skip
     inputs = load_inputs(playbook_path, inventory_path)
     inventory, playbook = inputs.inventory, inputs.playbook
-    if bench_gate and not (rolling or playbook.rollout.strategy == "rolling"):
+    rolls = rolling or playbook.rollout.strategy == "rolling"
+    if bench_gate and not rolls:
         raise UsageError("--bench-gate gates the batches of a rolling restart: give --rolling "
                          "(or rollout.strategy: rolling in the playbook)")  # fmt: skip
     limit = frozenset(h.name for h in select(inventory, limit_pattern)) if limit_pattern else None
@@ -203,7 +204,7 @@ def _run(
         drain_timeout_s=drain_timeout_s, role=role, limit=limit, force=force, forks=forks,
         timeout_s=timeout_s, break_lock=break_lock, after_batch=hook,
     )  # fmt: skip
-    if action == "restart" and (rolling or playbook.rollout.strategy == "rolling"):
+    if action == "restart" and rolls:
         options = with_bench_gate(options, playbook, target, bench_gate)
     with ExitStack() as stack:
         connector = stack.enter_context(_connector(known_hosts, trust_new_hosts))

@@ -255,15 +255,14 @@ def drain(
         for key, probe in list(pending.items()):
             n = probe()
             waited = clock() - start
-            if n is not None:
-                first.setdefault(key, n)
             if n is None:
                 out[key] = Drained(how="no-counter", waited_s=waited)
             elif n <= 0:
-                out[key] = Drained(how="drained", first=first[key], waited_s=waited)
+                out[key] = Drained(how="drained", first=first.setdefault(key, n), waited_s=waited)
             elif waited >= timeout_s:
-                out[key] = Drained(how="timeout", first=first[key], left=n, waited_s=waited)
+                out[key] = Drained(how="timeout", first=first.setdefault(key, n), left=n, waited_s=waited)
             else:
+                first.setdefault(key, n)
                 continue
             del pending[key]
         if pending:
