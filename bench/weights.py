@@ -45,9 +45,9 @@ def _tc(argv: list[str], netns: str | None) -> None:
     subprocess.run(prefix + argv, check=True, capture_output=True)
 
 
-def _limit(st: object, rate_mbit: int) -> None:
+def _limit(st: object, rate_mbit: int, latency_ms: int) -> None:
     """tbf on every sender's egress: the control host's link into the sandbox and each host's."""
-    tbf = ["root", "tbf", "rate", f"{rate_mbit}mbit", "burst", "64kb", "latency", "400ms"]
+    tbf = ["root", "tbf", "rate", f"{rate_mbit}mbit", "burst", "64kb", "latency", f"{latency_ms}ms"]
     _tc(["tc", "qdisc", "replace", "dev", f"fsb{st.slot}", *tbf], None)  # type: ignore[attr-defined]
     for h in st.hosts:  # type: ignore[attr-defined]
         _tc(["tc", "qdisc", "replace", "dev", h.ifname, *tbf], h.netns)
@@ -99,6 +99,7 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=48)
     ap.add_argument("--file-mib", type=int, default=4)
     ap.add_argument("--rate-mbit", type=int, default=32)
+    ap.add_argument("--queue-ms", type=int, default=400, help="tbf latency: the longest a packet waits in a sender's queue")
     ap.add_argument("--modes", default="hosts,source")
     ap.add_argument("--name", default="wbench", help="sandbox name")
     ap.add_argument("--out", type=Path, default=None, help="results file (default: bench/results/weights-<time>.json)")
@@ -107,7 +108,7 @@ def main() -> None:
     counts = [int(x) for x in args.hosts.split(",")]
     modes = args.modes.split(",")
     doc: dict[str, object] = {"machine": machine(), "files": args.files, "file_mib": args.file_mib,
-                              "rate_mbit": args.rate_mbit, "runs": []}  # fmt: skip
+                              "rate_mbit": args.rate_mbit, "queue_ms": args.queue_ms, "runs": []}  # fmt: skip
     runs: list[dict[str, object]] = doc["runs"]  # type: ignore[assignment]
     with tempfile.TemporaryDirectory(prefix="fleet-bench-weights-") as tmp:
         src = Path(tmp) / "src"
@@ -115,7 +116,7 @@ def main() -> None:
         for i in range(args.files):
             (src / MODEL / f"model-{i:05d}.safetensors").write_bytes(os.urandom(args.file_mib * 1024 * 1024))
         with sandbox(args.name, max(counts), docker=False) as st:
-            _limit(st, args.rate_mbit)
+            _limit(st, args.rate_mbit, args.queue_ms)
             cpu_own = _Cpu(st)
             try:
                 inventory = load_inventory(st.inventory)  # type: ignore[attr-defined]

@@ -48,11 +48,6 @@ STREAM_TOKENS = 900  # the playbooks' --max-model-len is 1024: long enough to be
 # the playbooks' start_timeout_s 900, measured in docs/real-engine.md); generous, but bounded.
 UP_TIMEOUT_S = 1200
 RESTART_TIMEOUT_S = 2400
-# Opt-in (FLEET_REAL_ENGINE_ROLL=1): the rolling restart passed in every full run (0 failed,
-# 0 truncated, drains seen on the real counter) but takes 7-17 min of two-core CPU (two cold starts
-# in a row while the load keeps the other replica generating), which pushed CI past its 30 min
-# beside the sandbox tier; the chat and the bench through the router stay in CI.
-ROLL = bool(os.environ.get("FLEET_REAL_ENGINE_ROLL"))
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +116,6 @@ def _gens(sb: Sandbox) -> dict[str, tuple[str, str, int | None]]:
     return {r["host"]: (r["state"], r["health"], r["generation"]) for r in status(sb, V2) if r["role"] != "router"}
 
 
-@pytest.mark.skipif(not ROLL, reason="the real-engine rolling restart behind the router is opt-in: "
-                    "FLEET_REAL_ENGINE_ROLL=1 (7-17 min of CPU; passed in every full run)")
 def test_rolling_restart_under_load_drains_through_the_real_counter(sandbox_fleet: Sandbox, router: str) -> None:
     sb = sandbox_fleet
     workers = {w.url for w in RouterClient(router).workers()}
@@ -163,7 +156,7 @@ def test_rolling_restart_under_load_drains_through_the_real_counter(sandbox_flee
 def test_down_leaves_nothing(sandbox_fleet: Sandbox, router: str) -> None:
     sb = sandbox_fleet
     t0 = time.monotonic()
-    ok(fleet(sb, "down", str(V2 if ROLL else V1), "-q"))  # the playbook of the generation running
+    ok(fleet(sb, "down", str(V2), "-q"))  # the playbook of the generation running
     print(f"down: {time.monotonic() - t0:.1f}s")
     assert containers(sb, HOSTS, DEPLOYMENT) == []
     assert leftovers(sb, HOSTS, DEPLOYMENT) == []

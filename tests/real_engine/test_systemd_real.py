@@ -14,7 +14,6 @@ own two-host sandbox.
 from __future__ import annotations
 
 import json
-import os
 import time
 import urllib.error
 from collections import Counter
@@ -37,12 +36,6 @@ UNITS = {h: f"fleet-sb-sysreal-single{i}-r0" for i, h in enumerate(HOSTS)}
 ROUTER = "fleet-sb-sysreal-router-r0"
 MODEL = "ministral-3-14b"
 LOAD_REQUESTS = 100  # bounded: short answers and 200-token streams through the router, each checked whole
-# Opt-in (FLEET_REAL_ENGINE_SYSTEMD_ROLL=1): the rolling restart of the real replicas under
-# systemd passed its roll checks but had one stream come back empty in its one full run at a load
-# average of ~50 beside a CI run (docs/real-engine.md), and its two cold starts in a row add ~15 min
-# to the tier; the stand-in's systemd rolling restart under load runs in CI
-# (tests/sandbox/test_systemd_host.py).
-ROLL = bool(os.environ.get("FLEET_REAL_ENGINE_SYSTEMD_ROLL"))
 ROLL_TIMEOUT_S = 3000  # two cold starts one after the other; each took minutes at a load average of ~60 here
 
 
@@ -101,8 +94,6 @@ def test_up_status_logs_under_systemd(sb: Sandbox, router: str) -> None:
         assert any('"POST /v1/chat/completions HTTP/1.1" 200' in line for line in mine), mine[-5:]
 
 
-@pytest.mark.skipif(not ROLL, reason="the real-engine rolling restart under systemd is opt-in: "
-                    "FLEET_REAL_ENGINE_SYSTEMD_ROLL=1 (~15 min; one stream came back empty in its one full run)")
 def test_rolling_restart_under_load_behind_the_deployments_router(sb: Sandbox, router: str) -> None:
     before = {h: main_pid(sb, h, UNITS[h]) for h in HOSTS}
     router_pid = main_pid(sb, "s1", ROUTER)
@@ -144,7 +135,7 @@ def test_rolling_restart_under_load_behind_the_deployments_router(sb: Sandbox, r
 
 
 def test_down_leaves_nothing(sb: Sandbox, router: str) -> None:
-    down = ok(fleet(sb, "down", str(V2 if ROLL else V1)))  # the playbook of the generation running
+    down = ok(fleet(sb, "down", str(V2)))  # the playbook of the generation running
     for h in HOSTS:
         assert f"{h}/{UNITS[h]}: removed" in down.stderr
     assert f"s1/{ROUTER}: removed" in down.stderr
