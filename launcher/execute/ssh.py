@@ -337,7 +337,12 @@ class SshConnector:
         timeout = self.options.connect_timeout
         if endpoint.via is None:
             try:
-                return socket.create_connection((endpoint.address, endpoint.port), timeout=timeout)
+                sock = socket.create_connection((endpoint.address, endpoint.port), timeout=timeout)
+                # Every command is a few small packets each way (channel open, exec, stdin, EOF,
+                # close): with Nagle on, each packet sent while the last is unacknowledged waits
+                # for the peer's delayed ACK (40 ms on Linux), once or twice per command.
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                return sock
             except ConnectionRefusedError:
                 reason = f"connection refused by {where}"
             except TimeoutError:

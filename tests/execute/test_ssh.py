@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import stat
 import time
 from pathlib import Path
@@ -146,6 +147,15 @@ def test_one_connection_per_host_reused_across_phases(
     for _ in range(3):
         assert connector.connect(sshd.host()).run(["true"], timeout=10).ok
     assert sshd.log_text().count("Accepted publickey") == before + 1
+
+
+def test_connection_sends_small_packets_at_once(connector: SshConnector, fleet: tuple[Sshd, ...]) -> None:
+    """TCP_NODELAY: without it a command's stdin + EOF (and the next command's channel open after
+    the last one's close) wait for the server's delayed ACK, ~40 ms per command (bench/README.md §5)."""
+    t = connector.connect(fleet[2].host())
+    assert t.run(["cat"], stdin=b"x", timeout=10).stdout == b"x"
+    sock = t._client.get_transport().sock  # type: ignore[union-attr]
+    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
 
 
 def test_closed_connection_reports_unreachable(connector: SshConnector, fleet: tuple[Sshd, ...]) -> None:
