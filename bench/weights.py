@@ -7,8 +7,9 @@ modelled NIC.
 The model: ``--files`` random files of ``--file-mib`` MiB in a directory on the control host.
 The NIC: ``tc qdisc ... tbf rate R`` on every sender's egress -- the control host's link into
 the sandbox (its ``fsb<slot>`` interface) and each host's data interface in its namespace -- so the
-source, like every host, sends at most R in total (the sandbox has no netem; tbf is in the
-kernel).  Each mode runs through ``launcher.weights.stage.stage`` (``use_hosts=False`` for the
+source, like every host, sends at most R in total, and on each host's ingress (the bridge's port
+towards it), so a host receives at most R in total (a full-duplex NIC; the sandbox has no netem,
+tbf is in the kernel).  Each mode runs through ``launcher.weights.stage.stage`` (``use_hosts=False`` for the
 baseline), with the hosts' copies removed before every run (untimed) and verified after it
 (every host ``ok``: a run that did not finish everywhere is reported as failed).  "one copy" is
 the same tool staging one host.  Target: 16 hosts host-to-host <= 1.5x one copy.  Per run: the
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -46,11 +48,14 @@ def _tc(argv: list[str], netns: str | None) -> None:
 
 
 def _limit(st: object, rate_mbit: int, latency_ms: int) -> None:
-    """tbf on every sender's egress: the control host's link into the sandbox and each host's."""
+    """tbf on every node's egress -- the control host's link into the sandbox and each host's
+    data interface -- and on each host's ingress (the bridge's port towards it): a full-duplex
+    NIC, so a host receiving two transfers at once shares one link's rate between them."""
     tbf = ["root", "tbf", "rate", f"{rate_mbit}mbit", "burst", "64kb", "latency", f"{latency_ms}ms"]
     _tc(["tc", "qdisc", "replace", "dev", f"fsb{st.slot}", *tbf], None)  # type: ignore[attr-defined]
     for h in st.hosts:  # type: ignore[attr-defined]
         _tc(["tc", "qdisc", "replace", "dev", h.ifname, *tbf], h.netns)
+        _tc(["tc", "qdisc", "replace", "dev", f"vh{h.index}", *tbf], st.ctl_netns)  # type: ignore[attr-defined]
 
 
 def _unlimit(st: object) -> None:
@@ -67,7 +72,7 @@ def _cpu_busy_s() -> float:
 
 class _Cpu:
     """CPU seconds of the staging itself: a cpuacct cgroup holding this process and every sandbox
-    host's sshd, so each hop's sshd session, rrsync, rsync and ssh (their children) and the
+    host's sshd, so each hop's sshd session, rsync daemon, rsync and ssh (their children) and the
     control host's pushes are counted, and other sessions' load on the machine is not."""
 
     def __init__(self, st: object) -> None:
@@ -154,20 +159,24 @@ def main() -> None:
 
 
 def _link_bound(hosts: int, files: int, file_mib: int, use_hosts: bool) -> float:
-    """The schedule's own time in units of one copy, with equal files, stage's batch size, and
-    every transfer taking its files' time on its links (no per-transfer cost): :class:`Spread`
-    run as events in time, over ``files`` file times."""
+    """The schedule's own time in units of one copy, with equal files, stage's batch size and no
+    per-transfer cost: :class:`Spread` run as events in time, every node's uplink and every
+    host's downlink one rate shared equally by the transfers on it."""
     items = [("m", f"f{i}") for i in range(files)]
     sizes = dict.fromkeys(items, file_mib)
     spread = Spread({f"h{i}": items for i in range(hosts)}, use_hosts=use_hosts, sizes=sizes,
                     chunk=chunk_bytes(sizes, hosts))  # fmt: skip
-    now, running = 0, [(len(t.items), t) for t in spread.start()]
-    while running:
-        running.sort(key=lambda e: e[0])
-        now, t = running.pop(0)
-        running += [(now + len(n.items), n) for n in spread.done(t)]
-    return now / files
-
+    now, left = 0.0, {t: float(file_mib * len(t.items)) for t in spread.start()}
+    while left:
+        up, down = Counter(t.src for t in left), Counter(t.dst for t in left)
+        rate = {t: 1 / max(up[t.src], down[t.dst]) for t in left}
+        step = min(left[t] / rate[t] for t in left)
+        now += step
+        left = {t: b - rate[t] * step for t, b in left.items()}
+        for t in [t for t, b in left.items() if b <= 1e-9]:
+            del left[t]
+            left.update({n: float(file_mib * len(n.items)) for n in spread.done(t)})
+    return now / (files * file_mib)
 
 if __name__ == "__main__":
     main()

@@ -4,10 +4,13 @@ A receiving host fetches files from another host with rsync over SSH, so it must
 Per run and per model fleet makes a fresh ed25519 key pair; the private key goes to the
 receivers only (0600, in a root-only run dir under /run); the public key is authorized on the
 hosts that may send that model with ``restrict`` (no shell, no forwarding, no pty),
-``from=`` the receivers' data IPs, and a forced ``rrsync -ro <model dir>`` (rsync's own
-restricted server: read-only, confined to that one directory).  Both are removed when the run
-ends, also after a failure or Ctrl-C.  Host keys are checked strictly on every hop against the
-keys fleet itself already trusts for the sender.
+``from=`` the receivers' data IPs, and a forced ``rsync --server --daemon --config=<file>``:
+rsync's own single-use daemon over SSH, whose config (:func:`daemon_config`, in the sender's run
+dir) has one read-only module, that model dir.  It confines the key as ``rrsync -ro`` would
+(read-only, that one directory, the link-following options refused) without rrsync's Python
+start on every transfer (~40 ms of CPU each, bench/README.md §5).  Both are removed when the
+run ends, also after a failure or Ctrl-C.  Host keys are checked strictly on every hop against
+the keys fleet itself already trusts for the sender.
 """
 
 from __future__ import annotations
@@ -21,10 +24,15 @@ from typing import Iterable, Mapping
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from launcher.errors import UsageError
 from launcher.execute.hostkeys import host_key_name
 
 RUN_DIR_ROOT = "/run"
 AUTHORIZED_KEYS = ".ssh/authorized_keys"  # below the login user's home (OpenSSH's default)
+MODULE = "weights"  # the one module of a sender's daemon: rsync reads ``user@ip::weights/``
+# What ``rrsync -ro`` refuses below "/" beyond writing: options that make the daemon follow a
+# symlink out of the model dir, and device contents.
+REFUSED = ("copy-links", "copy-dirlinks", "keep-dirlinks", "copy-unsafe-links", "copy-devices", "write-devices")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,9 +58,23 @@ def marker(run_id: str) -> str:
     return f"fleet-weights-{run_id}"
 
 
-def authorized_line(key: KeyPair, model_dir: str, from_ips: Iterable[str], run_id: str) -> str:
+def daemon_config(model_dir: str, user: str) -> str:
+    """The rsyncd.conf of a sender's single-use daemon: :data:`MODULE` is ``model_dir``, read-only.
+    ``uid``: the login user, so a daemon started as root keeps root's reading rights instead of
+    rsync's default "nobody" (a non-root daemon cannot switch and ignores it).  No chroot (it
+    needs root): rsync then sanitizes every path to stay inside the module."""
+    if "\n" in model_dir or model_dir != model_dir.strip() or model_dir.endswith("\\"):
+        raise UsageError(f"{model_dir!r}: a model path may not hold a newline, end in a backslash "
+                         "or start or end with white space (rsyncd.conf cannot say it)")
+    return (f"[{MODULE}]\npath = {model_dir.replace('%', '%%')}\nread only = yes\nuse chroot = no\n"
+            f"uid = {user}\nrefuse options = {' '.join(REFUSED)}\n")
+
+
+def authorized_line(key: KeyPair, config: str, from_ips: Iterable[str], run_id: str) -> str:
+    """``config``: the sender's :func:`daemon_config` file."""
     ips = ",".join(sorted(set(from_ips)))
-    command = shlex.join(("rrsync", "-ro", model_dir)).replace("\\", "\\\\").replace('"', '\\"')
+    command = shlex.join(("rsync", "--server", "--daemon", f"--config={config}", "."))
+    command = command.replace("\\", "\\\\").replace('"', '\\"')
     return f'restrict,from="{ips}",command="{command}" {key.public} {marker(run_id)}'
 
 

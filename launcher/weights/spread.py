@@ -1,36 +1,40 @@
-"""Transfer planning: which file goes from which holder to which host next.  Pure.
+"""Transfer planning: which files go from which holder to which host next.  Pure.
 
-The source is read once; every other copy comes from a host that already has the file.  Each
-node sends one transfer at a time (its uplink) and each host receives one at a time (its downlink),
-so the source's single link feeds new files into the fleet while hosts that have a file pass it
-on: with files in the same order everywhere this is a pipelined chain (host k fetches file i
-from host k-1 while host k-1 fetches file i+1), and staging N hosts takes about one copy's
-time plus N-1 file times, not N copies.  The source sends an item only while no host holds it
-or is receiving it (read once), so its link keeps feeding files the fleet does not have yet.
+The source is read once; every other copy comes from a host that already has the file.  Hosts
+swap what they have, rarest first (as BitTorrent does): a host ready to receive takes, from a
+node free to send, a batch of the files it lacks that the fewest hosts hold or are getting, and
+the source sends only files no usable host holds or is getting.  So the source's link keeps
+feeding new files into the fleet while every host's link passes on what it got, and each file
+reaches N hosts in about log2(N) hops behind the source, not N-1 as in a chain.
 
 A transfer carries a batch of one model's files (one rsync, one SSH session per hop) up to
-``chunk`` bytes: files the sender has that the receiver lacks, in order.  The chain's fill time
-is one batch per hop, so :func:`chunk_bytes` sizes batches to a fraction of the whole
-(``CHUNKS_PER_HOST`` per receiver): multi-GB shards still travel one per transfer, while many
-small files share one session instead of paying a login, rrsync's start and two rsyncs each.
+``chunk`` bytes.  A batch's time on the link is what the last file pays per hop, so
+:func:`chunk_bytes` sizes batches to a fraction of the whole per hop (``CHUNKS_PER_HOP``):
+multi-GB shards still travel one per transfer, while many small files share one session instead
+of paying a login, rsync's start and a remote session each.  Each node sends and each host
+receives up to ``slots`` batches at once (``SLOTS``: two), so the next transfer's start-up --
+the exec, both rsyncs, the session on the sender -- overlaps the current one's bytes instead of
+leaving the link idle in between; the link's bandwidth is shared, not doubled.
 """
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 SOURCE = ""  # the source's node name (hosts have non-empty names)
 
-
-CHUNKS_PER_HOST = 4  # batches per receiver: the chain's fill ((hosts - 1) batches) stays ~1/4 of a copy
+CHUNKS_PER_HOP = 6  # batches per hop of the spread: the last batch's log2(N) hops stay ~1/6 of a copy each
+SLOTS = 2  # transfers a node sends, and a host receives, at once
 
 Item = tuple[str, str]  # (model, file path)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Transfer:
-    items: tuple[Item, ...]  # one model's files, in order
+    items: tuple[Item, ...]  # one model's files
     src: str  # SOURCE or a host name
     dst: str
 
@@ -40,60 +44,92 @@ class Transfer:
 
 
 def chunk_bytes(sizes: Mapping[Item, int], receivers: int) -> int:
-    """The batch size that keeps the chain's fill to about 1/CHUNKS_PER_HOST of one copy."""
-    return sum(sizes.values()) // max(1, CHUNKS_PER_HOST * receivers)
+    """The batch size: 1/CHUNKS_PER_HOP of the bytes to move for each of the ~log2(receivers + 1)
+    hops a file takes to reach every receiver (the source is a node too)."""
+    hops = math.ceil(math.log2(max(2, receivers + 1)))
+    return sum(sizes.values()) // (CHUNKS_PER_HOP * hops)
 
 
 class Spread:
     """The schedule as a state machine: :meth:`start` the transfers it returns, report each
     with :meth:`done` (or :meth:`failed`), start what those return, until :attr:`finished`.
-    ``wants`` lists, per host, the items it lacks (in order); ``holders`` the hosts that already
-    hold an item (the source holds every item)."""
+    ``wants`` lists, per host, the items it lacks (in order: ties in rarity go in this order);
+    ``holders`` the hosts that already hold an item (the source holds every item)."""
 
     def __init__(self, wants: Mapping[str, Sequence[Item]], holders: Mapping[Item, Sequence[str]] | None = None,
                  *, use_hosts: bool = True, source_host: str | None = None, sizes: Mapping[Item, int] | None = None,
-                 chunk: int = 0) -> None:
+                 chunk: int = 0, slots: int = SLOTS) -> None:
         """``use_hosts=False``: every host fetches from the source (the baseline bench/ compares
         with).  ``source_host``: the host the source lives on (one uplink for both roles).
         ``chunk``: a transfer adds files while its batch is below this many bytes (``sizes``);
-        0 sends one file per transfer."""
+        0 sends one file per transfer.  ``slots``: transfers per link at once."""
         self._wants = {h: list(items) for h, items in wants.items() if items}
         self._holders = {k: set(v) for k, v in (holders or {}).items()}
         self._use_hosts = use_hosts
         self._source_host = source_host
-        self._sending: set[str] = set()
-        self._receiving: set[str] = set()
-        self._failed: set[str] = set()
-        self._flying: dict[Item, int] = {}  # item -> transfers of it under way
         self._sizes = sizes or {}
         self._chunk = chunk
+        self._slots = slots
+        self._sending: Counter[str] = Counter()  # link -> transfers it sends
+        self._receiving: Counter[str] = Counter()  # host -> transfers it receives
+        self._failed: set[str] = set()
+        self._flying: Counter[Item] = Counter()  # item -> transfers of it under way
 
     @property
     def finished(self) -> bool:
-        return not self._receiving and not any(self._wants.values())
+        return not +self._receiving and not any(self._wants.values())
 
     def start(self) -> list[Transfer]:
+        """Every transfer that can start now: free receivers in turn, the one lacking most first
+        (a laggard catches up from whoever is free), one transfer each per pass, each taking its
+        rarest files."""
         out: list[Transfer] = []
-        for host, items in self._wants.items():
-            if host in self._receiving or not items:
-                continue
-            for item in items:
-                src = self._pick(item)
-                if src is not None:
-                    batch = self._batch(items, item, src)
-                    for it in batch:
-                        items.remove(it)
-                        self._flying[it] = self._flying.get(it, 0) + 1
-                    self._receiving.add(host)
-                    self._sending.add(self._link(src))
-                    out.append(Transfer(items=batch, src=src, dst=host))
-                    break
+        ready = [h for h, items in self._wants.items() if items and self._receiving[h] < self._slots]
+        while ready:
+            ready.sort(key=lambda h: -len(self._wants[h]))  # stable: ties in the wants' order
+            # A host that finds nothing now finds nothing later in this call: starting transfers
+            # only takes senders' slots and makes items less rare.
+            ready = [h for h in ready if self._take(h, out)]
+            ready = [h for h in ready if self._wants[h] and self._receiving[h] < self._slots]
         return out
 
-    def _batch(self, items: list[Item], first: Item, src: str) -> tuple[Item, ...]:
-        """``first`` and the later items of its model that ``src`` may send, up to the chunk."""
+    def _count(self, item: Item) -> int:
+        return len(self._holders.get(item, ())) + self._flying[item]
+
+    def _take(self, host: str, out: list[Transfer]) -> bool:
+        """Appends ``host``'s next transfer to ``out``: its rarest lacked item that a free node
+        may send, with the rest of the batch from that same node; False when no free node has
+        anything for it."""
+        items = self._wants[host]
+        rank = sorted(items, key=self._count) if self._use_hosts else items
+        for item in rank:
+            src = self._sender(item)
+            if src is not None:
+                batch = self._batch(rank, item, src)
+                for it in batch:
+                    items.remove(it)
+                    self._flying[it] += 1
+                self._receiving[host] += 1
+                self._sending[self._link(src)] += 1
+                out.append(Transfer(items=batch, src=src, dst=host))
+                return True
+        return False
+
+    def _sender(self, item: Item) -> str | None:
+        """A free node that may send ``item``: the least busy holder (by name on ties), else the
+        source while no usable host holds the item or is getting it (read once)."""
+        if self._use_hosts:
+            free = [h for h in sorted(self._holders.get(item, ())) if self._sending[self._link(h)] < self._slots]
+            if free:
+                return min(free, key=lambda h: self._sending[self._link(h)])
+            if self._count(item):
+                return None
+        return SOURCE if self._sending[self._link(SOURCE)] < self._slots else None
+
+    def _batch(self, rank: list[Item], first: Item, src: str) -> tuple[Item, ...]:
+        """``first`` and the next items in ``rank`` of its model that ``src`` may send, up to the chunk."""
         batch, size = [first], self._sizes.get(first, 0)
-        for it in items[items.index(first) + 1:]:
+        for it in rank[rank.index(first) + 1:]:
             if size >= self._chunk:
                 break
             if it[0] == first[0] and self._sendable(it, src):
@@ -104,37 +140,30 @@ class Spread:
     def _sendable(self, item: Item, src: str) -> bool:
         if src != SOURCE:
             return src in self._holders.get(item, ())
-        # The source is read once per item: only what no usable host holds or is receiving.
-        return not self._use_hosts or not (self._flying.get(item) or self._holders.get(item, set()) - self._failed)
+        return not self._use_hosts or not self._count(item)
 
     def _link(self, node: str) -> str:
         return self._source_host if node == SOURCE and self._source_host else node
 
-    def _pick(self, item: Item) -> str | None:
-        if self._use_hosts:
-            held = [h for h in sorted(self._holders.get(item, ())) if h not in self._failed]
-            for h in held:
-                if self._link(h) not in self._sending:
-                    return h
-            if held or self._flying.get(item):
-                return None  # the fleet has it (or soon will): the source is read once per item
-        return SOURCE if self._link(SOURCE) not in self._sending else None
-
     def done(self, t: Transfer) -> list[Transfer]:
         self._release(t)
-        for it in t.items:
-            self._holders.setdefault(it, set()).add(t.dst)
+        if t.dst not in self._failed:
+            for it in t.items:
+                self._holders.setdefault(it, set()).add(t.dst)
         return self.start()
 
     def failed(self, t: Transfer) -> list[Transfer]:
-        """The receiving host is given up (its other items too); the sender stays usable."""
+        """The receiving host is given up (its other items too) and never sends again; the sender
+        stays usable.  What only it held comes from the source again."""
         self._release(t)
         self._failed.add(t.dst)
         self._wants.pop(t.dst, None)
+        for holders in self._holders.values():
+            holders.discard(t.dst)
         return self.start()
 
     def _release(self, t: Transfer) -> None:
-        self._sending.discard(self._link(t.src))
+        self._sending[self._link(t.src)] -= 1
         for it in t.items:
             self._flying[it] -= 1
-        self._receiving.discard(t.dst)
+        self._receiving[t.dst] -= 1

@@ -45,7 +45,7 @@ from launcher.weights.manifest import (
     MANIFEST_NAME, SKIP, Listing, Manifest, Mismatch, compare, for_host, from_listing, parse_scan, to_json,
 )  # fmt: skip
 from launcher.weights.needs import ModelNeed
-from launcher.weights.spread import SOURCE, Spread, Transfer, chunk_bytes
+from launcher.weights.spread import SLOTS, SOURCE, Spread, Transfer, chunk_bytes
 
 SCAN_TIMEOUT_S = 6 * 3600.0  # hashing hundreds of GB
 TRANSFER_TIMEOUT_S = 24 * 3600.0  # one batch; rsync's own --timeout catches a stalled link
@@ -333,7 +333,7 @@ class _Routes:
     spec rsync reads from, the control host's push options."""
 
     dest: Mapping[tuple[str, str], str]
-    remote: Mapping[tuple[str, str], tuple[str, int]]  # (model, sender) -> ("user@ip:", ssh port); rrsync's root is its model dir
+    remote: Mapping[tuple[str, str], tuple[str, int]]  # (model, sender) -> ("user@ip::weights/", ssh port)
     keys: Mapping[tuple[str, str], str]  # (model, receiver) -> the run's key file on the receiver
     known_hosts: str  # on the receivers
     push: Mapping[str, tuple[str, str]]  # receiver -> (user@address:, rsync -e) for the control host
@@ -355,6 +355,7 @@ def _install_auth(inventory: Inventory, needs: Sequence[ModelNeed], source: Sour
     source_dirs = {n.model: posixpath.join(source.root, n.rel) for n in needs}
     receivers = sorted(h for h, items in wants.items() if items)
     authorize: dict[str, list[str]] = {}
+    configs: dict[str, dict[str, bytes]] = {}  # sender -> daemon config file name -> text
     keys: dict[str, dict[str, bytes]] = {}  # receiver -> key file name -> private key
     known: dict[str, set[str]] = {}
     remote: dict[tuple[str, str], tuple[str, int]] = {}
@@ -371,8 +372,11 @@ def _install_auth(inventory: Inventory, needs: Sequence[ModelNeed], source: Sour
         for node, sender, path in senders:
             host = inventory.host(sender)
             end = connector.endpoint(host)
-            authorize.setdefault(sender, []).append(auth.authorized_line(key, path, ips, run_id))
-            remote[(n.model, node)] = (f"{end.user}@{_data_ip(host)}:", end.port)
+            # The source's host may also hold a copy of the same model: one config for each.
+            name = f"rsyncd-{i}{'-source' if node == SOURCE else ''}.conf"
+            configs.setdefault(sender, {})[name] = auth.daemon_config(path, end.user).encode()
+            authorize.setdefault(sender, []).append(auth.authorized_line(key, posixpath.join(rdir, name), ips, run_id))
+            remote[(n.model, node)] = (f"{end.user}@{_data_ip(host)}::{auth.MODULE}/", end.port)
             for t in takers:
                 known.setdefault(t, set()).update(auth.known_hosts_lines(_data_ip(host), end.port,
                                                                          connector.known_keys(end)))
@@ -398,8 +402,8 @@ def _install_auth(inventory: Inventory, needs: Sequence[ModelNeed], source: Sour
         touched.add(h.name)
         if h.name in authorize:
             t.run(auth.authorize_argv(authorize[h.name]), timeout=60, check=True)
-        for name, private in keys.get(h.name, {}).items():
-            t.put(posixpath.join(rdir, name), private, 0o600)
+        for name, data in {**configs.get(h.name, {}), **keys.get(h.name, {})}.items():
+            t.put(posixpath.join(rdir, name), data, 0o600)
         if h.name in known:
             t.put(posixpath.join(rdir, "known_hosts"), ("\n".join(sorted(known[h.name])) + "\n").encode(), 0o600)
         stale = [posixpath.join(d, MANIFEST_NAME) for d in rewrite.get(h.name, ())] + list(extras.get(h.name, ()))
@@ -438,18 +442,19 @@ def _spread(inventory: Inventory, jobs: Mapping[str, _Job], wants: Mapping[str, 
                           timeout=TRANSFER_TIMEOUT_S, check=True)  # fmt: skip
             return _moved(r.stdout_text, "push")
         t = connector.connect(inventory.host(tr.dst))
-        # The sender's sshd on its data address, at the port fleet reaches it on; "." is the
-        # model dir (rrsync's root).
+        # The sender's sshd on its data address, at the port fleet reaches it on; the daemon's
+        # module is the model dir.
         where, port = routes.remote[(tr.model, tr.src)]
         key = routes.keys[(tr.model, tr.dst)]
         e = auth.ssh_command(key, routes.known_hosts, port, control=key)
-        r = t.run(_rsync_argv(e, where + ".", dst), stdin=_file_list(tr), timeout=TRANSFER_TIMEOUT_S, check=True)
+        r = t.run(_rsync_argv(e, where, dst), stdin=_file_list(tr), timeout=TRANSFER_TIMEOUT_S, check=True)
         return _moved(r.stdout_text, "pull")
 
     receivers = sum(1 for items in wants.values() if items)
     plan = Spread(wants, holders, use_hosts=use_hosts, source_host=source_host, sizes=sizes,
                   chunk=chunk_bytes({it: sizes[it] for items in wants.values() for it in items}, receivers))
-    pool = cf.ThreadPoolExecutor(max_workers=max(1, min(forks, len(jobs))), thread_name_prefix="fleet-weights")
+    # Each host receives up to SLOTS transfers at once.
+    pool = cf.ThreadPoolExecutor(max_workers=max(1, min(forks, SLOTS * len(jobs))), thread_name_prefix="fleet-weights")
     try:
         running = {pool.submit(run, tr): tr for tr in plan.start()}
         while running:
@@ -460,15 +465,17 @@ def _spread(inventory: Inventory, jobs: Mapping[str, _Job], wants: Mapping[str, 
                 try:
                     job.bytes += fut.result()
                 except FleetError as err:
-                    job.error = f"{tr.items[0][1]}{f' (+{len(tr.items) - 1} files)' if len(tr.items) > 1 else ''} " \
-                                f"from {tr.src or 'the source'}: {err}"
-                    progress.end(tr.dst, False)
+                    if not job.error:  # its other transfer under way may fail too: the first error says why
+                        job.error = f"{tr.items[0][1]}{f' (+{len(tr.items) - 1} files)' if len(tr.items) > 1 else ''} " \
+                                    f"from {tr.src or 'the source'}: {err}"
+                        progress.end(tr.dst, False)
                     nxt = plan.failed(tr)
                 else:
                     job.files += len(tr.items)
                     job.senders[tr.src or "source"] += len(tr.items)
                     job.done += sum(sizes[it] for it in tr.items)
-                    progress.advance(tr.dst, job.done)
+                    if not job.error:
+                        progress.advance(tr.dst, job.done)
                     nxt = plan.done(tr)
                 running.update({pool.submit(run, n): n for n in nxt})
     except KeyboardInterrupt:

@@ -78,10 +78,12 @@ class SshdFactory:
         self.started: list[Sshd] = []
 
     def start(self, name: str, extra_config: str = "", log_level: str = "VERBOSE",
-              ca: Path | None = None, cert_args: tuple[str, ...] = ("-n", "127.0.0.1")) -> Sshd:  # fmt: skip
+              ca: Path | None = None, cert_args: tuple[str, ...] = ("-n", "127.0.0.1"),
+              authorized_keys: Path | None = None) -> Sshd:  # fmt: skip
         """``log_level`` DEBUG1 also sends debug lines to the clients' stderr.  With ``ca`` (a
         private key), the host key is signed by it (``ssh-keygen -s ca -h`` + ``cert_args``)
-        and served as a host certificate."""
+        and served as a host certificate.  ``authorized_keys``: read instead of the session's
+        client key."""
         d = self.root / name
         d.mkdir()
         host_pub = _keygen(d / "host_ed25519")
@@ -93,7 +95,7 @@ class SshdFactory:
         config = d / "sshd_config"
         config.write_text(
             f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_ed25519\n"
-            f"AuthorizedKeysFile {self.client_key}.pub\nPubkeyAuthentication yes\n"
+            f"AuthorizedKeysFile {authorized_keys or f'{self.client_key}.pub'}\nPubkeyAuthentication yes\n"
             "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
             "StrictModes no\nPidFile none\nPermitRootLogin prohibit-password\n"
             "AllowTcpForwarding yes\nMaxStartups 200:30:400\nMaxSessions 50\n"

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from launcher.errors import UsageError
 from launcher.weights import auth, disk
 from launcher.weights.manifest import (
     Listing, Manifest, Mismatch, compare, content_revision, for_host, from_json, from_listing, parse_scan,
@@ -73,9 +74,19 @@ def test_disk_refusal_names_host_paths_need_and_have() -> None:
         "h3: /srv/models/a + /srv/models/b needs 9.0 MiB (9437184 bytes), has 8.0 MiB (8388608 bytes) free"]
 
 
-def test_authorized_line_is_read_only_confined_and_from_the_receivers_only() -> None:
+def test_authorized_line_forces_the_daemon_and_is_from_the_receivers_only() -> None:
     key = auth.new_key()
-    line = auth.authorized_line(key, "/srv/models/org/my model", ["198.18.0.12", "198.18.0.11"], "abc")
-    assert line == (f'restrict,from="198.18.0.11,198.18.0.12",command="rrsync -ro \'/srv/models/org/my model\'" '
-                    f"{key.public} fleet-weights-abc")
+    line = auth.authorized_line(key, "/run/fleet-weights-abc/rsyncd 0.conf", ["198.18.0.12", "198.18.0.11"], "abc")
+    assert line == ('restrict,from="198.18.0.11,198.18.0.12",command="rsync --server --daemon '
+                    f'\'--config=/run/fleet-weights-abc/rsyncd 0.conf\' ." {key.public} fleet-weights-abc')
     assert key.private.startswith(b"-----BEGIN OPENSSH PRIVATE KEY-----")
+
+
+def test_daemon_config_serves_one_dir_read_only() -> None:
+    assert auth.daemon_config("/srv/models/org/my 100% model", "root") == (
+        "[weights]\npath = /srv/models/org/my 100%% model\nread only = yes\nuse chroot = no\nuid = root\n"
+        "refuse options = copy-links copy-dirlinks keep-dirlinks copy-unsafe-links copy-devices write-devices\n")
+    with pytest.raises(UsageError) as info:
+        auth.daemon_config("/srv/models/a\nb", "root")
+    assert str(info.value) == ("'/srv/models/a\\nb': a model path may not hold a newline, end in a backslash "
+                               "or start or end with white space (rsyncd.conf cannot say it)")
