@@ -409,6 +409,11 @@ def _install_auth(inventory: Inventory, needs: Sequence[ModelNeed], source: Sour
         stale = [posixpath.join(d, MANIFEST_NAME) for d in rewrite.get(h.name, ())] + list(extras.get(h.name, ()))
         if stale:
             t.run(("rm", "-f", "--", *stale), timeout=120, check=True)
+        # Made here, not by rsync: two transfers into a host run at once, and two rsyncs that
+        # both find the destination missing race to create it (the loser exits "mkdir failed").
+        into = sorted({dest[(m, h.name)] for m, _ in wants.get(h.name, ())})
+        if into:
+            t.run(("mkdir", "-p", "--", *into), timeout=120, check=True)
 
     busy = sorted(set(authorize) | set(keys) | {h for h, d in rewrite.items() if d})
     _all_or_raise([inventory.host(h) for h in busy], prepare, connector, forks, "cannot prepare the transfer")
