@@ -83,6 +83,10 @@ _ADD = 'umask 077; mkdir -p "$HOME/.ssh"; shift; printf "%s\\n" "$@" >> "$HOME/'
 _CLOSE_MASTERS = 'for s in "$2"/*.cm-*; do [ ! -S "$s" ] || ssh -o ControlPath="$s" -O exit fleet >/dev/null 2>&1; done; '
 _REMOVE = (_CLOSE_MASTERS + 'f="$HOME/' + AUTHORIZED_KEYS + '"; [ ! -f "$f" ] || sed -i "/ $1\\$/d" "$f"; rm -rf -- "$2"')
 CONTROL_PERSIST_S = 60  # an idle hop's master outlives a lost clean-up by at most this
+# OpenSSH's own ciphers, AES-GCM before its default chacha20-poly1305: with AES-NI (every x86
+# server) it moves the bytes for less CPU (a 128 MiB pull on this machine: 0.20 s vs 0.25 s of
+# CPU for ssh, sshd and both rsyncs); chacha20-poly1305 stays for hosts without it.
+CIPHERS = "aes128-gcm@openssh.com,aes256-gcm@openssh.com,chacha20-poly1305@openssh.com"
 
 
 def authorize_argv(lines: Iterable[str]) -> tuple[str, ...]:
@@ -110,8 +114,10 @@ def known_hosts_lines(address: str, port: int, keys: Mapping[str, object]) -> li
 def ssh_command(key_file: str, known_hosts: str, port: int, *, control: str) -> str:
     """rsync's ``-e``: strict host keys, only the run's key, never a prompt.  One login per hop:
     the first transfer's ssh becomes a master (socket ``<control>.cm-<hash of the hop>``, so two
-    models' keys never share one) that later transfers of that hop open sessions on."""
+    models' keys never share one) that later transfers of that hop open sessions on.  AES-GCM
+    first (:data:`CIPHERS`)."""
     return shlex.join(("ssh", "-p", str(port), "-i", key_file, "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+                       "-o", f"Ciphers={CIPHERS}",
                        "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={known_hosts}",
                        "-o", "GlobalKnownHostsFile=/dev/null", "-o", "ConnectTimeout=10",
                        "-o", "ControlMaster=auto", "-o", f"ControlPath={control}.cm-%C",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -59,6 +60,12 @@ def test_a_receiver_pulls_files_of_the_model_dir(sender: tuple[Sshd, Path, Path,
     r = _rsync(e, "-I", "--from0", "--files-from=-", f"root@127.0.0.1::{auth.MODULE}/", f"{tmp_path}/", stdin=b"a.bin\0")
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "a.bin").read_bytes() == b"weights"
+
+
+def test_hops_prefer_aes_gcm(sender: tuple[Sshd, Path, Path, str]) -> None:
+    _, _, _, e = sender
+    r = subprocess.run([*shlex.split(e), "-G", "127.0.0.1"], capture_output=True, text=True, timeout=60)
+    assert "ciphers aes128-gcm@openssh.com,aes256-gcm@openssh.com,chacha20-poly1305@openssh.com" in r.stdout.splitlines()
 
 
 def test_nothing_outside_the_dir_is_readable(sender: tuple[Sshd, Path, Path, str], tmp_path: Path) -> None:
