@@ -21,6 +21,7 @@ from launcher.bench.client import aiperf_path
 from launcher.sandbox import faults
 from launcher.sandbox.client import Sandbox
 from tests.deploy.test_sandbox_e2e import containers, fleet, need_netns, up_json
+from tests.sandbox_playbooks import standin_playbook
 
 pytestmark = [
     pytest.mark.sandbox,
@@ -30,31 +31,11 @@ SANDBOX_HOSTS = 8
 DEPLOYMENT = "sb-bench"
 HOSTS = ("h1", "h2")
 HTTP, ROUTER = 31400, 8400
-PLAYBOOK = f"""\
-name: {DEPLOYMENT}
-recipe: qwen/sglang-tp2-h100-tuned
-placement:
-  single:
-    hosts: h1
-  router:
-    hosts: h2
-overrides:
-  image: fleet-standin:latest
-  drop_docker_flags: [--gpus, --device, --ulimit]
-  shm_size: 1g
-  start_timeout_s: 60
-  env:
-    FLEET_STANDIN_TOKEN_MS: "20"
-ports:
-  http: {HTTP}
-  router: {ROUTER}
-  router_metrics: 29400
-bench:
-  shapes: [64+100]
-  concurrency: [1, 2]
-  slo: ttft=500,tpot=30
-  tokenizer: fleet-words
-"""
+PLAYBOOK = standin_playbook(
+    DEPLOYMENT, "qwen/sglang-tp2-h100-tuned", {"single": "h1", "router": "h2"}, start_timeout_s=60,
+    env={"FLEET_STANDIN_TOKEN_MS": "20"}, ports={"http": HTTP, "router": ROUTER, "router_metrics": 29400},
+    rest="bench:\n  shapes: [64+100]\n  concurrency: [1, 2]\n  slo: ttft=500,tpot=30\n  tokenizer: fleet-words\n",
+)
 
 
 @pytest.fixture

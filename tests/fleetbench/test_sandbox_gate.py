@@ -22,6 +22,7 @@ from launcher.bench.client import aiperf_path
 from launcher.sandbox.client import Sandbox
 from tests.deploy.test_sandbox_e2e import containers, fleet, need_netns, status, up_json
 from tests.rolling.loadgen import LoadGen
+from tests.sandbox_playbooks import standin_playbook
 
 pytestmark = [
     pytest.mark.sandbox,
@@ -31,26 +32,7 @@ SANDBOX_HOSTS = 8
 DEPLOYMENT = "sb-gate"
 HOSTS = ("h1", "h2", "h3")
 ROUTER = 8410
-PLAYBOOK = f"""\
-name: {DEPLOYMENT}
-recipe: qwen/sglang-tp2-h100-tuned
-placement:
-  single:
-    hosts: h1:h2
-  router:
-    hosts: h3
-overrides:
-  image: fleet-standin:latest
-  drop_docker_flags: [--gpus, --device, --ulimit]
-  shm_size: 1g
-  start_timeout_s: 60
-  env:
-    FLEET_GENERATION: "{{gen}}"
-    FLEET_STANDIN_TOKEN_MS: "{{token_ms}}"
-ports:
-  http: 31410
-  router: {ROUTER}
-  router_metrics: 29410
+GATE = """\
 rollout:
   strategy: rolling
   max_unavailable: 1
@@ -66,13 +48,19 @@ bench:
 """
 
 
+def playbook(gen: int, token_ms: int) -> str:
+    return standin_playbook(DEPLOYMENT, "qwen/sglang-tp2-h100-tuned", {"single": "h1:h2", "router": "h3"},
+                            start_timeout_s=60, env={"FLEET_GENERATION": str(gen), "FLEET_STANDIN_TOKEN_MS": str(token_ms)},
+                            ports={"http": 31410, "router": ROUTER, "router_metrics": 29410}, rest=GATE)  # fmt: skip
+
+
 @pytest.fixture
 def pbs(sandbox_fleet: Sandbox, tmp_path: Path) -> Iterator[dict[str, Path]]:
     need_netns(sandbox_fleet)
     paths = {}
     for name, gen, ms in (("v1", 1, 100), ("v2-slow", 2, 200), ("v2-fast", 2, 100)):
         paths[name] = tmp_path / f"{name}.yaml"
-        paths[name].write_text(PLAYBOOK.format(gen=gen, token_ms=ms))
+        paths[name].write_text(playbook(gen, ms))
     yield paths
     if containers(sandbox_fleet, HOSTS, DEPLOYMENT):
         fleet(sandbox_fleet, "down", str(paths["v1"]), "-q", "--break-lock")

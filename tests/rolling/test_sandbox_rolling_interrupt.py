@@ -247,11 +247,16 @@ def test_a_second_ctrl_c_while_restoring_leaves_it_for_the_same_command(deployed
     assert load.failures == [], [(r.error, r.status) for r in load.failures[:5]]
     for h in (*HOSTS, ROUTER_HOST):
         assert sb.ssh(h, f"test -e /run/lock/fleet/{DEPLOYMENT}").rc != 0, f"{h}: deploy lock left"
-    # Left stopped (torn down, not restarted yet): out of service already, so they go first.
+    # Batch 2 is out of service either way: left stopped (torn down, not restarted yet), or
+    # already back on generation 6 but not yet in the router when the second Ctrl-C came (on a
+    # loaded machine the restore can finish first).  The stopped ones go first.
     assert {w.url for w in RouterClient(router).workers()} == {_worker(sb, h) for h in ("h1", "h2")}
+    stopped = [GROUPS[h] for h in ("h3", "h4") if not sb.ssh(h, f"docker ps -q -f name=^{UNITS[h]}$").out.strip()]
     doc = _converges(deployed, args, 7)
-    assert doc["batches"] == [[GROUPS["h3"], GROUPS["h4"]], [GROUPS["h1"], GROUPS["h2"]]], doc
-    assert f"not running, so restarted first (batch 1): {GROUPS['h3']}, {GROUPS['h4']}" in doc["notes"], doc  # type: ignore[operator]
+    rest = [b for b in ([GROUPS["h1"], GROUPS["h2"]], [g for g in (GROUPS["h3"], GROUPS["h4"]) if g not in stopped]) if b]
+    assert doc["batches"] == ([stopped] if stopped else []) + rest, (stopped, doc)
+    first = f"not running, so restarted first (batch 1): {', '.join(stopped)}"
+    assert (first in doc["notes"]) == bool(stopped), (stopped, doc["notes"])  # type: ignore[operator]
 
 
 def test_ctrl_c_with_an_external_router_puts_the_batch_back_there(deployed: Setup, logs_dir: Path) -> None:
