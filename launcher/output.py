@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Iterable, Mapping, Protocol, Sequence
+from typing import IO, TYPE_CHECKING, Callable, Iterable, Mapping, Protocol, Sequence
 
 if TYPE_CHECKING:  # rich is imported where a table is drawn: most commands' hot paths never do
     from rich.console import Console
@@ -56,14 +57,29 @@ class QuietProgress:
         pass
 
 
-class LinesProgress:
-    """One line per event (``host/unit: state detail``) on a stream: for logs and non-TTYs."""
+TICKS = frozenset({"waiting"})  # states reported again and again while nothing changes
 
-    def __init__(self, stream: IO[str] | None = None) -> None:
+
+class LinesProgress:
+    """One line per event (``host/unit: state detail``) on a stream: for logs and non-TTYs.  A
+    unit's repeated tick (:data:`TICKS`: the health gate's ``waiting 12s`` every few seconds
+    through a cold start of minutes) is written at most every ``repeat_s`` seconds, so a log shows
+    the wait is alive without a line per unit per poll; every other event is written."""
+
+    def __init__(self, stream: IO[str] | None = None, *, repeat_s: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
         self._stream = stream if stream is not None else sys.stderr
         self._lock = threading.Lock()
+        self._repeat_s, self._clock = repeat_s, clock
+        self._last: dict[tuple[str, str], tuple[str, float]] = {}  # (host, unit) -> (state, when written)
 
     def update(self, event: Event) -> None:
+        key, now = (event.host, event.unit), self._clock()
+        with self._lock:
+            state, when = self._last.get(key, ("", 0.0))
+            if event.state in TICKS and state == event.state and now - when < self._repeat_s:
+                return
+            self._last[key] = (event.state, now)
         detail = f" {event.detail}" if event.detail else ""
         self._write(f"{event.host}/{event.unit}: {event.state}{detail}")
 
