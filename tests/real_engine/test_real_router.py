@@ -52,6 +52,11 @@ LOAD_THREADS, STREAM_EVERY, STREAM_TOKENS = 6, 6, 400
 # the playbooks' start_timeout_s 900, measured in docs/real-engine.md); generous, but bounded.
 UP_TIMEOUT_S = 1200
 RESTART_TIMEOUT_S = 2400
+# Opt-in (FLEET_REAL_ENGINE_ROLL=1): with both real rolling restarts the CPU-bound CI run came to
+# ~30 min on two cores (CI dry run 10); the same rollout checks (300+ checked requests, no cut
+# stream, drains on vLLM's own counter) run in CI under systemd (test_systemd_real.py), and this
+# one passed alone (238.6 s rollout, 625 requests, 0 failed, 0 truncated).
+ROLL = bool(os.environ.get("FLEET_REAL_ENGINE_ROLL"))
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +125,9 @@ def _gens(sb: Sandbox) -> dict[str, tuple[str, str, int | None]]:
     return {r["host"]: (r["state"], r["health"], r["generation"]) for r in status(sb, V2) if r["role"] != "router"}
 
 
+@pytest.mark.skipif(not ROLL, reason="the docker-runtime rolling restart of the real replicas is opt-in: "
+                    "FLEET_REAL_ENGINE_ROLL=1 (~4-15 min); CI runs the same checks under systemd "
+                    "(test_systemd_real.py)")
 def test_rolling_restart_under_load_drains_through_the_real_counter(sandbox_fleet: Sandbox, router: str) -> None:
     sb = sandbox_fleet
     workers = {w.url for w in RouterClient(router).workers()}
@@ -160,7 +168,7 @@ def test_rolling_restart_under_load_drains_through_the_real_counter(sandbox_flee
 def test_down_leaves_nothing(sandbox_fleet: Sandbox, router: str) -> None:
     sb = sandbox_fleet
     t0 = time.monotonic()
-    ok(fleet(sb, "down", str(V2), "-q"))  # the playbook of the generation running
+    ok(fleet(sb, "down", str(V2 if ROLL else V1), "-q"))  # the playbook of the generation running
     print(f"down: {time.monotonic() - t0:.1f}s")
     assert containers(sb, HOSTS, DEPLOYMENT) == []
     assert leftovers(sb, HOSTS, DEPLOYMENT) == []

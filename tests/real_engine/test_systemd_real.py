@@ -4,9 +4,11 @@ real-engine image), behind the deployment's own router (vllm-router, a native un
 deployment for the whole module, in order: ``up`` waits out the real cold starts under systemd and
 chat completions go through the router and each replica; ``status`` reads them through ``systemctl
 show``; ``logs`` reads vLLM's own lines from the journal; ``up`` of generation 2 rolls the replicas
-one at a time (drained through the deployment's router) while a bounded chat load goes through
-the router -- no request fails, systemd runs a new engine process for each, ``logs`` shows that new
-process's journal lines; ``down`` stops everything through systemd (vLLM's SIGTERM path,
+one at a time (drained through the deployment's router) while a bounded, checked load of 300+
+requests (400-token streams and short answers) goes through the router -- none fails, no stream
+is cut, each drain waited on the engine's own in-flight counter (at least one with requests in
+flight), systemd runs a new engine process for each, ``logs`` shows that new process's journal
+lines; ``down`` stops everything through systemd (vLLM's SIGTERM path,
 KillMode=mixed) and leaves no unit, unit file, lock or engine process.  The module brings up its
 own two-host sandbox.
 """
@@ -14,6 +16,7 @@ own two-host sandbox.
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.error
 from collections import Counter
@@ -35,7 +38,11 @@ HOSTS = ("s1", "s2")
 UNITS = {h: f"fleet-sb-sysreal-single{i}-r0" for i, h in enumerate(HOSTS)}
 ROUTER = "fleet-sb-sysreal-router-r0"
 MODEL = "ministral-3-14b"
-LOAD_REQUESTS = 100  # bounded: short answers and 200-token streams through the router, each checked whole
+LOAD_REQUESTS = 300
+# Six threads, each a 400-token stream (the playbooks' --max-model-len is 512) then five 4-token
+# answers, each checked whole: a stream is in flight on a replica most of the time (its drain
+# waits on it) and the short answers bring the count past 300 within the rollout.
+LOAD_THREADS, STREAM_EVERY, STREAM_TOKENS = 6, 6, 400
 ROLL_TIMEOUT_S = 3000  # two cold starts one after the other; each took minutes at a load average of ~60 here
 
 
@@ -97,16 +104,17 @@ def test_up_status_logs_under_systemd(sb: Sandbox, router: str) -> None:
 def test_rolling_restart_under_load_behind_the_deployments_router(sb: Sandbox, router: str) -> None:
     before = {h: main_pid(sb, h, UNITS[h]) for h in HOSTS}
     router_pid = main_pid(sb, "s1", ROUTER)
-    load = ChatLoad(router, model=MODEL, workers=3, stream_every=3, stream_tokens=200,
+    load = ChatLoad(router, model=MODEL, workers=LOAD_THREADS, stream_every=STREAM_EVERY, stream_tokens=STREAM_TOKENS,
                     max_seconds=ROLL_TIMEOUT_S + 600).start()  # fmt: skip
     t0 = time.monotonic()
     try:
         roll = fleet(sb, "up", str(V2), "--json", timeout=ROLL_TIMEOUT_S)
     finally:
         results = load.stop(at_least=LOAD_REQUESTS, timeout=600)
-    failed = [r for r in results if not r.ok]
+    failed = [r for r in results if not r.ok]  # a stream cut short counts (truncated)
+    streams = sum(r.kind == "stream" for r in results)
     print(f"rolling restart of 2 real replicas under systemd: {time.monotonic() - t0:.1f}s, {len(results)} requests "
-          f"({sum(r.kind == 'stream' for r in results)} streams), {sum(truncated(r) for r in results)} truncated, "
+          f"({streams} streams), {sum(truncated(r) for r in results)} truncated, "
           f"{len(failed)} failed: {Counter(r.error[:80] for r in failed).most_common(3)}")
     assert roll.returncode == 0, roll.stderr
     assert f"draining through the deployment's router http://{sb.host('s1').address}:8300" in roll.stderr
@@ -115,7 +123,15 @@ def test_rolling_restart_under_load_behind_the_deployments_router(sb: Sandbox, r
         ("sb-sysreal/single0", 1, "restarted", 2), ("sb-sysreal/single1", 2, "restarted", 2),
         ("sb-sysreal/router", 0, "skipped", 1),  # unchanged by v2: it kept serving
     ]  # fmt: skip
-    assert len(results) >= LOAD_REQUESTS and failed == [], failed[:5]
+    # Each replica, out of the router, was stopped only once the engine's own in-flight counter
+    # (vLLM /metrics running + waiting, read on its host) read 0; at least one still had requests
+    # in flight when its drain began (which one the router last used is its policy's choice).
+    drains = [g["drain"] for g in doc["groups"][:2]]
+    print(f"drains: {drains}")
+    found = [re.fullmatch(r"drained (\d+)->0 [\d.]+s", d) for d in drains]
+    assert all(found) and any(int(m.group(1)) > 0 for m in found if m), drains
+    assert failed == [], failed[:5]
+    assert len(results) >= LOAD_REQUESTS and streams >= LOAD_REQUESTS // STREAM_EVERY, (len(results), streams)
     after = {h: main_pid(sb, h, UNITS[h]) for h in HOSTS}
     assert all(after[h] not in ("", "0", before[h]) for h in HOSTS), (before, after)
     assert main_pid(sb, "s1", ROUTER) == router_pid  # the router served throughout
