@@ -166,9 +166,12 @@ def test_top_reports_running_requests_under_load_and_none_after(deployed: Setup)
     sb, tmp, targets, _ = deployed
     playbook = _playbook(tmp, 1, targets)
     router = f"http://{sb.host('h5').data_ip}:{PORTS['router']}"
-    body = {"model": "qwen", "prompt": "hello fleet", "max_tokens": 500}  # 500 x 20 ms: 10 s each
+    # 1500 x 20 ms: 30 s each, so all 8 are still running when `fleet top --once` (two readings 1 s
+    # apart, each over SSH) reads them, even when the machine is loaded (CI dry run 11: with 10 s
+    # requests, a reading at load ~17 came after some had ended)
+    body = {"model": "qwen", "prompt": "hello fleet", "max_tokens": 1500}
     results: list[int] = []
-    threads = [threading.Thread(target=lambda: results.append(http(router + "/v1/completions", body, timeout=60)[0]))
+    threads = [threading.Thread(target=lambda: results.append(http(router + "/v1/completions", body, timeout=120)[0]))
                for _ in range(8)]  # fmt: skip
     for t in threads:
         t.start()
