@@ -253,7 +253,7 @@ def _rsync_argv(ssh: str, src_dir: str, dst_dir: str) -> tuple[str, ...]:
     """One batch: the files named NUL-separated on stdin, relative to both dirs."""
     # -I: the scan already decided these files differ; rsync's own quick check (size + mtime)
     # would skip a same-size file corrupted under an unchanged mtime.
-    return ("rsync", "-a", "-I", "--stats", "--mkpath", f"--partial-dir={PARTIAL_DIR}", "--from0",
+    return ("rsync", "-a", "-I", "--stats", f"--partial-dir={PARTIAL_DIR}", "--from0",
             "--files-from=-", f"--timeout={RSYNC_IO_TIMEOUT_S}", "-e", ssh, src_dir, dst_dir)  # fmt: skip
 
 
