@@ -157,14 +157,14 @@ def peer_version(tool: str) -> str:
 
 
 @contextlib.contextmanager
-def sandbox(name: str, n: int, *, docker: bool) -> Iterator[object]:
+def sandbox(name: str, n: int, *, docker: bool, real_engine: bool = False) -> Iterator[object]:
     """A sandbox fleet of ``n`` hosts under ``name`` (its own namespaces, guard route, state
     dir); torn down on exit, also after errors and Ctrl-C.  Its hosts see an empty root
     ``~/.bashrc`` (the sandbox's own host setup): this machine's runs ``pyenv init``, ~0.3 s per
     SSH command that a production host does not pay."""
     from launcher.sandbox import fleet
 
-    st = fleet.up(name, n, docker=docker)
+    st = fleet.up(name, n, docker=docker, real_engine=real_engine)
     try:
         yield st
     finally:

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from launcher.config.inventory import load_inventory  # noqa: E402
 from launcher.deploy import lock  # noqa: E402
-from launcher.deploy.remote import check, failure, sh  # noqa: E402
+from launcher.remote import check, failure, sh  # noqa: E402
 from launcher.deploy.steps import read_manifests_argv  # noqa: E402
 from launcher.execute.fanout import DEFAULT_FORKS, Ok, run_all  # noqa: E402
 from launcher.execute.files import Put, Step, run_batch, write_files  # noqa: E402

@@ -19,9 +19,28 @@ class ExitCode(enum.IntEnum):
 
 
 class FleetError(Exception):
-    """Base class: ``str(err)`` is the one line shown to the operator."""
+    """Base class: ``str(err)`` is the one line shown to the operator; ``debug`` (may be empty)
+    is what only ``--debug`` shows besides it (e.g. the whole remote script of a failed step)."""
 
     exit_code: ExitCode = ExitCode.FAILED
+    debug: str = ""
+
+
+BRIEF_CHARS = 120
+
+
+def brief(command: str) -> str:
+    """``command`` as it fits in a one-line error: a multi-line script by its first line (its
+    header comment says what it does), anything past :data:`BRIEF_CHARS` cut; a cut is marked
+    `` … (N lines; --debug shows it)`` and the whole text belongs in ``FleetError.debug``."""
+    lines = command.splitlines() or [""]
+    first = lines[0]
+    if len(lines) == 1 and len(first) <= BRIEF_CHARS:
+        return command
+    return f"{first[:BRIEF_CHARS].rstrip()} … ({len(lines)} lines; --debug shows it)"
+
+
+_KEY_PATH_CHARS = 200
 
 
 class InputError(FleetError):
@@ -36,8 +55,8 @@ class InputError(FleetError):
         parts = []
         if source is not None:
             parts.append(str(source))
-        if key_path:
-            parts.append(key_path)
+        if key_path:  # a hostile name can be megabytes long: the line stays readable
+            parts.append(key_path if len(key_path) <= _KEY_PATH_CHARS else f"{key_path[:_KEY_PATH_CHARS]}...")
         parts.append(message)
         super().__init__(": ".join(parts))
 
@@ -62,15 +81,19 @@ class RemoteError(FleetError):
         self.detail = detail
         code = "no exit status" if exit_status is None else f"exit {exit_status}"
         tail = detail.strip().splitlines()[-1] if detail.strip() else ""
-        super().__init__(f"{host}: {command}: {code}" + (f": {tail}" if tail else ""))
+        shown = brief(command)
+        if shown != command:
+            self.debug = f"{host}: the whole command:\n{command}"
+        super().__init__(f"{host}: {shown}: {code}" + (f": {tail}" if tail else ""))
 
 
 class UnreachableError(FleetError):
     """A host could not be reached or did not answer in time."""
 
-    def __init__(self, host: str, reason: str) -> None:
+    def __init__(self, host: str, reason: str, *, debug: str = "") -> None:
         self.host = host
         self.reason = reason
+        self.debug = debug
         super().__init__(f"{host}: unreachable: {reason}")
 
 

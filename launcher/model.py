@@ -9,13 +9,24 @@ YAML/INI and attach a :class:`Source` to anything an error may need to point at;
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Mapping
+from typing import Annotated, Literal, Mapping
 
-Engine = Literal["sglang", "vllm", "vllm-ascend"]
+Engine = str  # a registered engine's name (launcher/engines/registry.py); the recipe loader checks it
 Topology = Literal["single", "multinode", "pd"]
 GpuSku = Literal["H100", "H800", "B300", "A100", "RTX-6000D", "Ascend-910B3"]
 Fabric = Literal["roce", "ib", "none"]
-Runtime = Literal["docker", "systemd"]
+
+
+@dataclass(frozen=True, slots=True)
+class OneOf:
+    """Marks a ``str`` that must name an entry of a registry: the module ``registry`` (dotted),
+    whose ``names()`` the loaders check it against (``config/schema.py``), so a new entry is its
+    registry's business alone."""
+
+    registry: str
+
+
+Runtime = Annotated[str, OneOf("launcher.runtimes.registry")]  # a registered runtime's name
 WeightFormat = Literal["bf16", "fp8-e4m3", "nvfp4", "mxfp4", "int4", "w8a8"]
 TransferBackend = Literal["mooncake", "nixl"]
 Role = Literal[
@@ -64,16 +75,19 @@ class Hardware:
     gpus_per_node: int
     nodes: int = 1
     min_gpu_memory_gib: int | None = None  # per card; None = the SKU's usual size is assumed
+    # The RDMA fabric the catalog's figures were measured over (None: the entry names none).  Not a
+    # requirement: `recipes fit` and preflight say when the hosts' fabric differs.
+    fabric: Literal["roce", "ib"] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Parallelism:
     """Engine parallelism of one instance.  tp is the *global* TP across nodes (SGLang semantics)."""
 
-    tp: int = 1
-    pp: int = 1
-    dp: int = 1
-    ep: int = 1
+    tp: int = 1  # tensor parallel (global, across the instance's nodes)
+    pp: int = 1  # pipeline stages
+    dp: int = 1  # data parallel replicas inside the instance
+    ep: int = 1  # expert parallel (reuses TP ranks)
     attn_dp: int = 1  # attention data parallel (SGLang --attn-dp-size)
     dcp: int = 1  # decode context parallel
 
@@ -151,8 +165,8 @@ class RoleImages:
     router: ``sglang_router`` / ``vllm-router``; the Mooncake master: ``mooncake_master``).
     None: the engine image.  Preflight checks each program is in its image on the host."""
 
-    router: str | None = None
-    mooncake_master: str | None = None
+    router: str | None = None  # the router's image (sglang-router / vllm-router); None: the engine image
+    mooncake_master: str | None = None  # the Mooncake master's image; None: the engine image
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -268,6 +282,10 @@ class Recipe:
     env: Mapping[str, str] = field(default_factory=lambda: EMPTY)
     mounts: tuple[Mount, ...] = ()
     shm_size: str = "32g"
+    # The engine containers' network: "host" (the default: multi-node ranks, PD transfers and RDMA
+    # need it), or "bridge" -- docker's own network, the unit's listen ports published on the host
+    # -- for a single-node entry that says it runs without host networking.
+    network: Literal["host", "bridge"] = "host"
     gpu_memory_utilization: float | None = None  # vLLM --gpu-memory-utilization
     mem_fraction_static: float | None = None  # SGLang --mem-fraction-static
     kv_cache_memory: str | None = None  # vLLM --kv-cache-memory-bytes
@@ -351,50 +369,58 @@ class Inventory:
 class Placement:
     """Where one role runs: an Ansible host pattern, optional replica count (PD xPyD)."""
 
-    hosts: str
-    replicas: int | None = None
+    hosts: str  # an Ansible host pattern (group, host*, a:b, a:&b, a:!b, ~regex, group[0:1])
+    replicas: int | None = None  # engine roles: instances to place (PD xPyD); None: every fit
+    # engine roles: an Ansible host pattern of spare hosts (in no placement): where `fleet watch` places a group whose host stays unreachable, planned as `up` plans (docs/watch.md)
+    spares: str | None = None
     source: Source = UNKNOWN_SOURCE
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Overrides:
-    image: str | None = None
+    image: str | None = None  # the engine image instead of the recipe's (docker runtime only)
     images: RoleImages = RoleImages()  # over the recipe's, role by role
     # The served model (e.g. a path under the models mount) instead of the recipe's.
     model: str | None = None
     # A smaller shape of the same recipe: the instance's parallel sizes, and the nodes and GPUs per
     # node it is placed on (nodes x gpus_per_node must equal tp*pp*dp).
     parallelism: Parallelism | None = None
-    nodes: int | None = None
-    gpus_per_node: int | None = None
+    nodes: int | None = None  # nodes per instance (with parallelism)
+    gpus_per_node: int | None = None  # GPUs per node (with parallelism)
     engine_args: tuple[str, ...] = ()  # appended; "--flag value" replaces an existing --flag
     remove_args: tuple[str, ...] = ()  # flags to drop (with their values)
-    env: Mapping[str, str] = field(default_factory=lambda: EMPTY)
+    env: Mapping[str, str] = field(default_factory=lambda: EMPTY)  # over the recipe's and fleet's env
     docker_args: tuple[str, ...] = ()  # raw docker run flags, e.g. sandbox memlock limit
     drop_docker_flags: tuple[str, ...] = ()  # e.g. ("--gpus",) where the machine cannot honor them
-    shm_size: str | None = None
-    start_timeout_s: int | None = None
+    # Parts of the recipe left out where the machine cannot run them: its Mooncake store KV
+    # offload with the store's master (vLLM's CPU build: the store connector needs an
+    # accelerator), its gateway (an image of its own).
+    drop: tuple[Literal["mooncake_store", "gateway"], ...] = ()
+    shm_size: str | None = None  # docker --shm-size instead of 32g
+    start_timeout_s: int | None = None  # health deadline instead of the recipe's measured cold start
     source: Source = UNKNOWN_SOURCE
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BenchGate:
-    """``rollout.bench_gate``: each rolling batch must bench within ``threshold_pct`` of the
-    previous generation (goodput and TTFT p50) or it goes back (launcher/bench/gate.py)."""
+    """``rollout.bench_gate``: at its operating load each rolling batch must bench within the
+    threshold of the previous generation (attainment within the SLO, TTFT and TPOT p99) or it
+    goes back; the threshold is the larger of ``threshold_pct`` and twice the previous
+    generation's own repeat noise (launcher/bench/gate.py)."""
 
     shape: str | None = None  # None: the playbook's first bench shape, else 8k+1k (bench.scale applies)
-    concurrency: int = 2
-    requests: int = 16
-    threshold_pct: float = 10.0
+    concurrency: int = 2  # the operating load: requests in flight while gating
+    requests: int = 16  # requests per gate measurement
+    threshold_pct: float = 10.0  # the least threshold (attainment points, p99 percent); noise may raise it
     source: Source = UNKNOWN_SOURCE
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Rollout:
-    strategy: Literal["all-at-once", "rolling"] = "all-at-once"
-    max_unavailable: int = 1
-    drain_timeout_s: int = 120
-    bench_gate: BenchGate | None = None
+    strategy: Literal["all-at-once", "rolling"] = "all-at-once"  # how `fleet up` replaces changed groups
+    max_unavailable: int = 1  # rolling: groups out of service at a time
+    drain_timeout_s: int = 120  # rolling: longest wait for a group's requests in flight
+    bench_gate: BenchGate | None = None  # rolling: bench each batch against the previous generation
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -415,8 +441,17 @@ class SecretRef:
     file on the control node.  Its value never appears in argv, logs or world-readable files."""
 
     name: str  # env name inside the unit, e.g. HF_TOKEN
-    from_env: str | None = None
-    from_file: str | None = None
+    from_env: str | None = None  # an env var of fleet's own process holds it
+    from_file: str | None = None  # a file on the control node holds it (~ expanded)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KubernetesSettings:
+    """``fleet export k8s``'s cluster facts a playbook may name (its flags override them)."""
+
+    namespace: str | None = None  # None: "default"
+    rdma_resource: str | None = None  # the RDMA device plugin's resource; None: the pool's, else rdma/hca
+    models_pvc: str | None = None  # a PVC holding the weights instead of the nodes' models dir
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -431,20 +466,21 @@ class Metrics:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Playbook:
     path: str
-    name: str
+    name: str  # the deployment's name (units are fleet-<name>-...; one playbook per name on a host)
     recipe: str  # recipe id
     runtime: Runtime | None = None  # None = each host's own runtime var
-    placement: Mapping[Role, Placement]
-    overrides: Overrides = Overrides()
+    placement: Mapping[Role, Placement]  # the hosts of each role the recipe has
+    overrides: Overrides = Overrides()  # changes to the recipe for this deployment
     ports: Mapping[str, int] = field(default_factory=dict)  # http, router, gateway, dist_init ...
-    rollout: Rollout = Rollout()
-    secrets: tuple[SecretRef, ...] = ()
+    rollout: Rollout = Rollout()  # how `fleet up` / `fleet restart` replace groups
+    secrets: tuple[SecretRef, ...] = ()  # env secrets of the units, read at run time
     # "staged": `fleet weights stage` put the models on the hosts; engines read the local copy
     # ({models_dir}/<repo id> for repo ids) with HF_HUB_OFFLINE=1, so a missing file fails fast
     # instead of starting a download on every rank.  "download": engines fetch from the hub.
     weights: Literal["download", "staged"] = "download"
-    metrics: Metrics = Metrics()
-    bench: BenchSettings = BenchSettings()
+    metrics: Metrics = Metrics()  # Prometheus targets
+    bench: BenchSettings = BenchSettings()  # `fleet bench` defaults
+    kubernetes: KubernetesSettings = KubernetesSettings()  # read by `fleet export k8s` only
     source: Source = UNKNOWN_SOURCE
 
 
@@ -462,7 +498,7 @@ class HealthCheck:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContainerSpec:
     image: str
-    network_host: bool = True
+    network_host: bool = True  # else docker's bridge network, the unit's ports published on the host
     ipc_host: bool = True
     shm_size: str | None = "32g"
     gpus: tuple[int, ...] = ()  # exact device indices; () = no --gpus

@@ -21,7 +21,7 @@ from typing import Mapping
 
 from launcher.errors import PlanError
 from launcher.model import Host
-from launcher.preflight.facts import HostFacts
+from launcher.facts.host import HostFacts
 
 
 def data_ip(host: Host) -> str:
@@ -126,9 +126,16 @@ def mc_env(host: Host, gid: int | None, protocol: str) -> dict[str, str]:
 
 
 def ucx_env(host: Host, gid: int | None) -> dict[str, str]:
-    """UCX env for NIXL: NIXL ignores every NCCL knob and hangs without UCX_NET_DEVICES."""
+    """UCX env for NIXL: NIXL ignores every NCCL knob and hangs without UCX_NET_DEVICES.
+
+    A host without an RDMA fabric moves the KV cache over TCP on its data NIC: UCX_NET_DEVICES
+    names that interface (UCX otherwise takes every interface it finds, loopback and docker
+    bridges included) and UCX_TLS=tcp keeps UCX off its shared-memory transports, which it also
+    offers to peers it believes local -- containers of two hosts on one kernel look local to it."""
     spec = host.spec
-    if spec.fabric == "none" or not spec.hcas:
+    if spec.fabric == "none":
+        return {"UCX_NET_DEVICES": _ifname(host), "UCX_TLS": "tcp"}
+    if not spec.hcas:
         return {}
     env = {"UCX_NET_DEVICES": ",".join(f"{h}:1" for h in spec.hcas)}
     if gid is not None:

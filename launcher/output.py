@@ -175,6 +175,33 @@ def print_table(t: Table, stream: IO[str] | None = None) -> None:
     Console(file=out, soft_wrap=True, width=None if out.isatty() else 400).print(t)
 
 
+def print_listing(columns: Sequence[str], rows: Sequence[Sequence[str]], *, title: str | None = None,
+                  console: Console | None = None) -> None:  # fmt: skip
+    """Rows as a table when it fits the console's width; else (an 80-column terminal, a long id)
+    one entry per row: the first cell (an id, a host) alone on its line, never broken, then the
+    other cells as ``column value`` pairs, indented and wrapped at spaces."""
+    import textwrap
+
+    from rich.console import Console
+
+    if console is None:
+        console = Console(file=sys.stdout, soft_wrap=True, width=None if sys.stdout.isatty() else 400)
+    widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
+    if sum(widths) + 2 * (len(columns) - 1) <= console.width:
+        console.print(table(columns, rows, title=title))
+        return
+    lines = [title] if title else []
+    for r in rows:
+        lines.append(r[0])
+        # A no-break space keeps each column's name with its value's first word (restored after).
+        rest = "  ".join(f"{c}\xa0{v}".replace(" ", "\xa0", c.count(" ") + 1) for c, v in zip(columns[1:], r[1:]) if v)
+        lines += [line.replace("\xa0", " ") for line in textwrap.wrap(
+            rest, width=max(console.width, 40), initial_indent="    ", subsequent_indent="    ",
+            break_long_words=False, break_on_hyphens=False)]  # fmt: skip
+    for line in lines:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
 def dumps(value: Mapping[str, object] | Sequence[object]) -> str:
     """Machine-readable output: stable key order, one document."""
     return json.dumps(value, indent=2, sort_keys=True)

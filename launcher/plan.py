@@ -29,7 +29,9 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 from launcher import constraints, network
-from launcher.engines import ascend, flags, mooncake, router, sglang, vllm
+from launcher.engines import flags, images, mooncake, optioncheck, registry, router
+from launcher.engines.base import Engine, Leader
+from launcher.runtimes import registry as runtimes
 from launcher.engines.context import (
     BOOTSTRAP,
     DIST_INIT,
@@ -43,7 +45,7 @@ from launcher.engines.context import (
 )
 from launcher.config.recipes import Catalog
 from launcher.errors import PlanError
-from launcher.preflight.facts import HostFacts
+from launcher.facts.host import HostFacts
 from launcher.model import (
     ContainerSpec,
     HealthCheck,
@@ -51,6 +53,7 @@ from launcher.model import (
     Inventory,
     Mount,
     Overrides,
+    PDRole,
     Parallelism,
     Placement,
     Plan,
@@ -94,7 +97,7 @@ _DROPPABLE: dict[str, Callable[[ContainerSpec], ContainerSpec]] = {
 def default_ports(recipe: Recipe) -> dict[str, int]:
     """Base ports by name (the names playbook ``ports`` may set)."""
     ports = {
-        HTTP: recipe.port or (30000 if recipe.engine == "sglang" else 8000),
+        HTTP: recipe.port or registry.get(recipe.engine).http_port,
         DIST_INIT: recipe.dist_init_port,
         BOOTSTRAP: recipe.pd.bootstrap_port if recipe.pd else 8998,
         MASTER_PORT: 29501,
@@ -325,7 +328,7 @@ def _mounts(recipe: Recipe, host: Host) -> tuple[Mount, ...]:
 def _check_overrides(recipe: Recipe, ov: Overrides) -> None:
     if ov.engine_args and not flags.is_flag(ov.engine_args[0]):
         raise PlanError(ov.source, f"should start with a flag, got {ov.engine_args[0]!r}", "overrides/engine_args")
-    owned = sglang.PLANNER_FLAGS if recipe.engine == "sglang" else vllm.PLANNER_FLAGS
+    owned = registry.get(recipe.engine).planner_flags
     for key, tokens in (("engine_args", ov.engine_args), ("remove_args", ov.remove_args)):
         for tok in tokens:
             if flags.is_flag(tok) and flags.flag_name(tok) in owned:
@@ -338,34 +341,41 @@ def _check_overrides(recipe: Recipe, ov: Overrides) -> None:
 
 
 def reshaped(recipe: Recipe, ov: Overrides) -> Recipe:
-    """The recipe with the playbook's model and shape overrides applied (the planner then treats
-    it as the recipe: placement, argv, network env all follow)."""
+    """The recipe with the playbook's model, shape and store overrides applied (the planner then
+    treats it as the recipe: placement, argv, network env all follow)."""
+    if ov.drop:
+        recipe = dataclasses.replace(
+            recipe,
+            mooncake_store=None if "mooncake_store" in ov.drop else recipe.mooncake_store,
+            gateway=None if "gateway" in ov.drop else recipe.gateway,
+        )
     if ov.model is None and ov.parallelism is None and ov.nodes is None and ov.gpus_per_node is None:
         return recipe
     hw = dataclasses.replace(
         recipe.hardware, nodes=ov.nodes or recipe.hardware.nodes, gpus_per_node=ov.gpus_per_node or recipe.hardware.gpus_per_node
     )
     par = ov.parallelism or recipe.parallelism
-    if recipe.pd is None and par.gpus != hw.nodes * hw.gpus_per_node:
-        raise PlanError(
-            ov.source,
-            f"tp*pp*dp = {par.tp}*{par.pp}*{par.dp} = {par.gpus} GPUs, but the shape is {hw.nodes} node(s) x "
-            f"{hw.gpus_per_node} GPUs (overrides nodes, gpus_per_node)",
-            "overrides/parallelism",
-        )
-    return dataclasses.replace(recipe, model=ov.model or recipe.model, parallelism=par, hardware=hw)
+    pd = recipe.pd
+    if pd is not None and (ov.parallelism is not None or ov.nodes is not None):
+        # A PD recipe's shape is per instance: the overrides reshape prefill and decode alike.
+        def side(s: PDRole) -> PDRole:
+            return dataclasses.replace(s, parallelism=ov.parallelism or s.parallelism, nodes=ov.nodes or s.nodes)
+
+        pd = dataclasses.replace(pd, prefill=side(pd.prefill), decode=side(pd.decode))
+    shapes = [(s.parallelism, s.nodes) for s in (pd.prefill, pd.decode)] if pd is not None else [(par, hw.nodes)]
+    for shape, nodes in shapes:
+        if shape.gpus != nodes * hw.gpus_per_node:
+            raise PlanError(
+                ov.source,
+                f"tp*pp*dp = {shape.tp}*{shape.pp}*{shape.dp} = {shape.gpus} GPUs, but the shape is {nodes} node(s) x "
+                f"{hw.gpus_per_node} GPUs (overrides nodes, gpus_per_node)",
+                "overrides/parallelism",
+            )
+    return dataclasses.replace(recipe, model=ov.model or recipe.model, parallelism=par, hardware=hw, pd=pd)
 
 
 def _apply(argv: tuple[str, ...], ov: Overrides) -> tuple[str, ...]:
     return flags.override(flags.remove(argv, ov.remove_args), ov.engine_args)
-
-
-def _engine_argv(recipe: Recipe, ctx: InstanceContext) -> tuple[str, ...]:
-    return sglang.argv(recipe, ctx) if recipe.engine == "sglang" else vllm.argv(recipe, ctx)
-
-
-def _parallelism(recipe: Recipe, argv: tuple[str, ...], base: Parallelism) -> Parallelism:
-    return sglang.parallelism(argv, base) if recipe.engine == "sglang" else vllm.parallelism(argv, base)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -373,6 +383,7 @@ class _Shared:
     """Per-plan values every engine unit needs."""
 
     recipe: Recipe
+    engine: Engine
     playbook: Playbook
     deployment: str
     ports: Mapping[str, int]
@@ -395,14 +406,13 @@ def _instance_ports(sh: _Shared, inst: _Instance) -> dict[str, int]:
 
 
 def _network_env(sh: _Shared, inst: _Instance, host: Host, ctx: InstanceContext) -> dict[str, str]:
-    recipe = sh.recipe
+    recipe, engine = sh.recipe, sh.engine
     cross_node = inst.parallelism.gpus > recipe.hardware.gpus_per_node
     pd = ctx.transfer_backend
     uses_mooncake = pd == "mooncake" or recipe.mooncake_store is not None
     gid = network.gid_index(host, sh.facts) if _needs_gid(recipe, inst) else None
-    env: dict[str, str] = {}
-    if recipe.engine == "vllm-ascend":
-        env.update(ascend.env(ctx.gpus))
+    env: dict[str, str] = dict(engine.device_env(ctx.gpus))
+    if engine.collective == "hccl":
         if cross_node or pd is not None:
             env.update(network.hccl_env(host))
     elif cross_node:
@@ -411,11 +421,10 @@ def _network_env(sh: _Shared, inst: _Instance, host: Host, ctx: InstanceContext)
         protocol = _mooncake_protocol(recipe, host)
         # vLLM's Mooncake clients read no MOONCAKE_* env (protocol, devices and master come from
         # their config, their address from VLLM_HOST_IP); the transfer engine's MC_* env stays.
-        sglang_env = recipe.engine == "sglang"
-        env.update(network.mooncake_env(host, gid, protocol) if sglang_env else network.mc_env(host, gid, protocol))
+        env.update(network.mooncake_env(host, gid, protocol) if engine.mooncake_env else network.mc_env(host, gid, protocol))
     if pd == "nixl":
         env.update(network.ucx_env(host, gid))
-    if recipe.engine == "sglang" and recipe.mooncake_store is not None and sh.mooncake_master is not None:
+    if engine.mooncake_env and recipe.mooncake_store is not None and sh.mooncake_master is not None:
         env.update(mooncake.client_env(recipe.mooncake_store, sh.mooncake_master, inst.parallelism, recipe.source))
     return env
 
@@ -424,13 +433,14 @@ def _mooncake_protocol(recipe: Recipe, host: Host) -> str:
     return network.mooncake_protocol(host, recipe.mooncake_store.protocol if recipe.mooncake_store else "rdma")
 
 
-def _vllm_store_configs(sh: _Shared, units: list[Unit], hosts: Mapping[str, Host]) -> tuple[list[Unit], dict[str, str]]:
-    """vLLM's MooncakeStoreConnector loads its store client config only from the JSON file named
-    by MOONCAKE_CONFIG_PATH (fails its start when unset): each engine unit gets its own file in its
-    unit directory, mounted read-only at the same path so native units read it there too.  An
-    operator's MOONCAKE_CONFIG_PATH in the playbook env wins."""
+def _store_configs(sh: _Shared, units: list[Unit], hosts: Mapping[str, Host]) -> tuple[list[Unit], dict[str, str]]:
+    """An engine whose Mooncake store client reads no env (vLLM's MooncakeStoreConnector) loads
+    its config only from the JSON file named by MOONCAKE_CONFIG_PATH (fails its start when
+    unset): each engine unit gets its own file in its unit directory, mounted read-only at the
+    same path so native units read it there too.  An operator's MOONCAKE_CONFIG_PATH in the
+    playbook env wins."""
     store, master = sh.recipe.mooncake_store, sh.mooncake_master
-    if sh.recipe.engine == "sglang" or store is None or master is None:
+    if sh.engine.mooncake_env or store is None or master is None:
         return units, {}
     out: list[Unit] = []
     files: dict[str, str] = {}
@@ -451,17 +461,13 @@ def _vllm_store_configs(sh: _Shared, units: list[Unit], hosts: Mapping[str, Host
 
 
 def _container(sh: _Shared, inst: _Instance, rank: _Rank, group: str, role: Role, index: int) -> ContainerSpec:
+    """An engine rank's container (on the host network unless the recipe says ``network: bridge``)."""
     recipe, host = sh.recipe, rank.host
     cross = len(inst.ranks) > 1 or inst.role in ("prefill", "decode") or recipe.mooncake_store is not None
-    devices: tuple[str, ...] = ()
-    gpus = rank.gpus
-    if recipe.engine == "vllm-ascend":
-        devices, gpus = ascend.devices(rank.gpus), ()
+    devices, gpus = sh.engine.container_devices(rank.gpus)
     if cross and host.spec.fabric != "none":
         devices += ("/dev/infiniband",)
-    mounts = _mounts(recipe, host)
-    if recipe.engine == "vllm-ascend":
-        mounts += ascend.mounts(cross)
+    mounts = _mounts(recipe, host) + sh.engine.container_mounts(cross)
     return ContainerSpec(
         image=sh.image,
         shm_size=sh.playbook.overrides.shm_size or recipe.shm_size,
@@ -473,6 +479,7 @@ def _container(sh: _Shared, inst: _Instance, rank: _Rank, group: str, role: Role
         mounts=mounts,
         extra_args=sh.playbook.overrides.docker_args,
         labels=_labels(sh, group, role, index),
+        network_host=recipe.network == "host",
     )
 
 
@@ -520,17 +527,16 @@ def _staged(sh: _Shared, host: Host) -> tuple[Recipe, str | None, dict[str, str]
     """The recipe as one host's engine sees it, its served name and extra env.  With
     ``weights: staged`` its repo ids become the local copies `fleet weights stage` makes
     ({models_dir}/<repo id>, through the unit's mount of the models dir), the served name stays
-    the repo id, and the hub is off (HF_HUB_OFFLINE=1).  A draft the recipe keeps beside the
-    target (``draft_beside_target``, e.g. DSPARK) is that local copy in any case: the engine
-    reads what preflight checks, never a download of its own."""
+    the repo id, and the hub is off (HF_HUB_OFFLINE=1).  A draft goes the way of its target: in
+    download mode both are repo ids the engine fetches into one cache (a draft the recipe keeps
+    beside the target, ``draft_beside_target``, e.g. DSPARK, is then beside it there), staged both
+    are local copies."""
     recipe = sh.recipe
-    staged = sh.playbook.weights == "staged"
-    spec = recipe.speculative
-    beside = spec is not None and spec.draft_beside_target
-    if not staged and not beside:
+    if sh.playbook.weights != "staged":
         return recipe, sh.served_model_name, {}
+    spec = recipe.speculative
     root = host.spec.models_dir
-    if (sh.playbook.runtime or host.spec.runtime) != "systemd":
+    if runtimes.get(sh.playbook.runtime or host.spec.runtime).containers:
         root = next(m.container for m in _mounts(recipe, host) if m.host == host.spec.models_dir)
 
     def local(value: str) -> str:
@@ -538,8 +544,6 @@ def _staged(sh: _Shared, host: Host) -> tuple[Recipe, str | None, dict[str, str]
 
     if spec is not None and spec.draft_model:
         spec = dataclasses.replace(spec, draft_model=local(spec.draft_model))
-    if not staged:
-        return dataclasses.replace(recipe, speculative=spec), sh.served_model_name, {}
     staged_recipe = dataclasses.replace(recipe, model=local(recipe.model), speculative=spec)
     return staged_recipe, sh.served_model_name or recipe.model, {"HF_HUB_OFFLINE": "1"}
 
@@ -563,23 +567,19 @@ def _engine_units(sh: _Shared, inst: _Instance, executor: Executor = "mp") -> li
             served_model_name=served, transfer_backend=pd,
             mooncake_master=sh.mooncake_master, executor=executor,
         )
-        written = _engine_argv(recipe, ctx)
+        written = sh.engine.argv(recipe, ctx)
         final = _apply(written, ov)
-        if executor == "mp" and recipe.engine != "sglang" and len(inst.ranks) > 1 and vllm.wants_ray(final):
+        if executor == "mp" and len(inst.ranks) > 1 and sh.engine.wants_ray(final):
             return _ray_units(sh, inst)
-        engine_env = sglang.env(ctx) if recipe.engine == "sglang" else vllm.env(ctx)
-        written_env = {**recipe.env, **_network_env(sh, inst, host, ctx), **engine_env, **offline}
+        written_env = {**recipe.env, **_network_env(sh, inst, host, ctx), **sh.engine.env(ctx), **offline}
         final_env = {**written_env, **ov.env}
-        wait = vllm.shutdown_timeout(final) if recipe.engine != "sglang" else 0
-        if wait + vllm.SHUTDOWN_MARGIN_S > STOP_TIMEOUT_S:
-            raise PlanError(
-                ov.source,
-                f"{vllm.SHUTDOWN_TIMEOUT} {wait}: vLLM would wait that long for requests in flight on SIGTERM, "
-                f"but fleet's stop grace is {STOP_TIMEOUT_S}s (SIGKILL after); use at most "
-                f"{STOP_TIMEOUT_S - vllm.SHUTDOWN_MARGIN_S}",
-                "overrides/engine_args",
-            )
-        par = _parallelism(recipe, final, inst.parallelism)
+        problem = sh.engine.stop_problem(final, STOP_TIMEOUT_S)
+        if problem is not None:
+            raise PlanError(ov.source, problem, "overrides/engine_args")
+        if r == 0:  # the ranks' argv differ only in per-rank values (_check_same_args)
+            _check_argv(recipe, ov, final)
+        par = sh.engine.parallelism(final, inst.parallelism)
+        _check_parallelism(recipe, ov, inst.parallelism, par)
         if par.gpus != inst.parallelism.gpus:
             raise PlanError(
                 ov.source,
@@ -596,7 +596,7 @@ def _engine_units(sh: _Shared, inst: _Instance, executor: Executor = "mp") -> li
             skus=frozenset({host.spec.gpu_model} if host.spec.gpu_model else set()),
         )
         serves = r == 0
-        unit_ports = _rank_ports(recipe, inst, ctx, serves)
+        unit_ports = sh.engine.listen_ports(ctx, serves)
         units.append(
             Unit(
                 host=host.name,
@@ -612,7 +612,7 @@ def _engine_units(sh: _Shared, inst: _Instance, executor: Executor = "mp") -> li
                 env=final_env,
                 secrets=sh.playbook.secrets,
                 container=_container(sh, inst, rank, group, inst.role, r),
-                health=HealthCheck(url=f"http://{ctx.data_ip}:{ports[HTTP]}/health", timeout_s=sh.timeout_s)
+                health=HealthCheck(url=f"http://{ctx.data_ip}:{ports[HTTP]}{sh.engine.health_path}", timeout_s=sh.timeout_s)
                 if serves
                 else None,
                 start_order=1,
@@ -621,8 +621,47 @@ def _engine_units(sh: _Shared, inst: _Instance, executor: Executor = "mp") -> li
             )
         )
         finals.append(final)
-    _check_same_args(sh, group, recipe, finals)
+    _check_same_args(sh, group, finals)
     return units
+
+
+def _check_argv(recipe: Recipe, ov: Overrides, argv: tuple[str, ...]) -> None:
+    """The pinned engine version's parser would accept ``argv``; else an error at the file that
+    wrote the flag (the playbook's overrides, the recipe's engine_args, or the pin itself)."""
+    problem = optioncheck.argv_error(argv, recipe.engine, recipe.engine_version)
+    if problem is None:
+        return
+    flag = optioncheck.flag_of(problem)
+
+    def wrote(tokens: tuple[str, ...]) -> bool:
+        return flag is not None and any(flags.is_flag(t) and flags.flag_name(t) == flag for t in tokens)
+
+    if wrote(ov.engine_args):
+        raise PlanError(ov.source, problem, "overrides/engine_args")
+    if wrote(recipe.engine_args):
+        raise PlanError(recipe.source, problem, "engine_args")
+    raise PlanError(recipe.source, f"{problem} (a flag fleet writes for {recipe.id}: does engine_version match?)",
+                    "engine_version")  # fmt: skip
+
+
+_PARALLEL_FIELDS = ("tp", "pp", "dp", "ep", "attn_dp", "dcp")
+
+
+def _check_parallelism(recipe: Recipe, ov: Overrides, planned: Parallelism, argv_says: Parallelism) -> None:
+    """``overrides.parallelism`` is what the engine runs: a flag in the argv saying otherwise
+    (the recipe's engine_args or the overrides' own) is refused, not silently obeyed."""
+    if ov.parallelism is None or recipe.pd is not None:
+        return
+    for name in _PARALLEL_FIELDS:
+        want, got = getattr(planned, name), getattr(argv_says, name)
+        if want != got:
+            raise PlanError(
+                ov.source,
+                f"{name} is {want} here, but the engine argv asks for {got} (a flag in the recipe's engine_args "
+                f"or overrides.engine_args): change it with overrides.engine_args or drop it with "
+                f"overrides.remove_args",
+                "overrides/parallelism",
+            )
 
 
 def _recipe_view(recipe: Recipe, role: EngineRole, par: Parallelism) -> Recipe:
@@ -633,25 +672,8 @@ def _recipe_view(recipe: Recipe, role: EngineRole, par: Parallelism) -> Recipe:
     return view
 
 
-def _rank_ports(recipe: Recipe, inst: _Instance, ctx: InstanceContext, serves: bool) -> dict[str, int]:
-    """The ports this rank's process listens on (what the collision check compares)."""
-    out: dict[str, int] = {}
-    multi = ctx.nnodes > 1
-    if serves:
-        out[HTTP] = ctx.ports[HTTP]
-        if multi:
-            out[DIST_INIT if recipe.engine == "sglang" else MASTER_PORT] = ctx.ports[
-                DIST_INIT if recipe.engine == "sglang" else MASTER_PORT
-            ]
-        if inst.role == "prefill" and (recipe.engine == "sglang" or ctx.transfer_backend == "mooncake"):
-            out[BOOTSTRAP] = ctx.ports[BOOTSTRAP]
-    if recipe.engine != "sglang" and ctx.transfer_backend == "nixl":
-        out[NIXL_SIDE_CHANNEL] = ctx.ports[NIXL_SIDE_CHANNEL]
-    return out
-
-
-def _check_same_args(sh: _Shared, group: str, recipe: Recipe, finals: list[tuple[str, ...]]) -> None:
-    per_rank = sglang.PER_RANK_FLAGS if recipe.engine == "sglang" else vllm.PER_RANK_FLAGS
+def _check_same_args(sh: _Shared, group: str, finals: list[tuple[str, ...]]) -> None:
+    per_rank = sh.engine.per_rank_flags
     digests = {hashlib.sha256("\0".join(flags.remove(a, per_rank)).encode()).hexdigest() for a in finals}
     if len(digests) > 1:
         raise PlanError(sh.playbook.source, f"ranks of {group} would run different argv", "overrides")
@@ -672,7 +694,7 @@ def _ray_units(sh: _Shared, inst: _Instance) -> list[Unit]:
             host=host, data_ip=network.data_ip(host), leader_ip=network.data_ip(leader), gpus=rank.gpus,
             parallelism=inst.parallelism, ports=ports, executor="ray",
         )
-        env = {**recipe.env, **_network_env(sh, inst, host, ctx), **vllm.env(ctx), **ov.env}
+        env = {**recipe.env, **_network_env(sh, inst, host, ctx), **sh.engine.env(ctx), **ov.env}
         units.append(
             Unit(
                 host=host.name,
@@ -684,7 +706,7 @@ def _ray_units(sh: _Shared, inst: _Instance) -> list[Unit]:
                 nnodes=len(inst.ranks),
                 gpus=rank.gpus,
                 ports={RAY: ports[RAY]} if r == 0 else {},
-                argv=vllm.ray_argv(ctx),
+                argv=sh.engine.ray_argv(ctx),
                 env=env,
                 secrets=sh.playbook.secrets,
                 container=_container(sh, inst, rank, ray_group, inst.role, r),
@@ -748,42 +770,46 @@ def _url(leader: Unit) -> str:
 
 
 def _router_unit(sh: _Shared, host: Host, prefill: list[Unit], decode: list[Unit]) -> Unit:
-    port = sh.ports["router"]
-    if sh.recipe.engine == "sglang":
-        metrics = sh.ports["router_metrics"]
-        argv = router.sglang_pd_argv(
-            tuple((_url(u), u.ports[BOOTSTRAP]) for u in prefill), tuple(_url(u) for u in decode), port, metrics
-        )
-        ports = {"router": port, "router_metrics": metrics}
-    else:
-        assert sh.recipe.pd is not None
-        metrics, backend = sh.ports["router_metrics"], sh.recipe.pd.transfer_backend
-        argv = router.vllm_pd_argv(
-            tuple(_url(u) for u in prefill), tuple(_url(u) for u in decode), port, metrics, backend,
-            tuple(u.ports[BOOTSTRAP] for u in prefill) if backend == "mooncake" else (),
-        )
-        ports = {"router": port, "router_metrics": metrics}
+    assert sh.recipe.pd is not None
+    port, metrics = sh.ports["router"], sh.ports["router_metrics"]
+    argv = sh.engine.pd_router_argv(
+        [Leader(url=_url(u), ports=u.ports) for u in prefill], [Leader(url=_url(u), ports=u.ports) for u in decode],
+        port, metrics, sh.recipe.pd.transfer_backend,
+    )
+    ports = {"router": port, "router_metrics": metrics}
     wants = tuple(u.name for u in (*prefill, *decode))
-    return _infra_unit(sh, "router", host, argv, ports, "/health", port, 2, wants, sh.images.router or sh.image)
+    return _infra_unit(sh, "router", host, argv, ports, _router_health(sh, argv), port, 2, wants, sh.images.router or sh.image)
 
 
 def _regular_router_unit(sh: _Shared, host: Host, leaders: list[Unit]) -> Unit:
     """The router of a single or multinode playbook: regular mode over every instance's rank 0."""
     placement = sh.playbook.placement["router"]
-    builders = {"sglang": router.sglang_argv, "vllm": router.vllm_argv}
-    build = builders.get(sh.recipe.engine)
-    if build is None:
+    port, metrics = sh.ports["router"], sh.ports["router_metrics"]
+    argv = sh.engine.router_argv(tuple(_url(u) for u in leaders), port, metrics)
+    if argv is None:
+        known = " and ".join(e.name for e in registry.engines() if e.router_argv((), port, metrics) is not None)
         raise PlanError(
             placement.source,
             f"a router in front of {sh.recipe.engine} instances is not supported: fleet knows the router "
-            f"flags of sglang and vllm engines only; remove the router placement",
+            f"flags of {known} engines only; remove the router placement",
             "placement/router",
         )
-    port, metrics = sh.ports["router"], sh.ports["router_metrics"]
-    argv = build(tuple(_url(u) for u in leaders), port, metrics)
     ports = {"router": port, "router_metrics": metrics}
     wants = tuple(u.name for u in leaders)
-    return _infra_unit(sh, "router", host, argv, ports, "/health", port, 2, wants, sh.images.router or sh.image)
+    return _infra_unit(sh, "router", host, argv, ports, _router_health(sh, argv), port, 2, wants, sh.images.router or sh.image)
+
+
+def _router_health(sh: _Shared, argv: tuple[str, ...]) -> str:
+    """The health path of the router program ``argv`` runs (its plug-in's)."""
+    program = router.of_argv(argv)
+    if program is None:
+        raise PlanError(
+            sh.recipe.source,
+            f"the router of {sh.recipe.engine} instances runs {images.program_of(argv)}, a program no router "
+            "plug-in describes (launcher.engines.router.register adds one)",
+            "engine",
+        )
+    return program.health_path
 
 
 # ---------------------------------------------------------------------------------------------
@@ -812,21 +838,43 @@ def _check_groups(playbook: Playbook, units: list[Unit]) -> None:
     for group, members in groups.items():
         ranks = sorted(u.rank for u in members)
         leaders = [u for u in members if u.health is not None]
-        images = {u.container.image if u.container else "" for u in members}
-        if ranks != list(range(members[0].nnodes)) or len(leaders) > 1 or len(images) > 1:
+        group_images = {u.container.image if u.container else "" for u in members}
+        if ranks != list(range(members[0].nnodes)) or len(leaders) > 1 or len(group_images) > 1:
             raise PlanError(playbook.source, f"group {group} is malformed: ranks {ranks}, {len(leaders)} leaders", "placement")
 
 
-def _native(recipe: Recipe, units: list[Unit]) -> list[Unit]:
-    """systemd units run the engine without a container: device selection moves into env, with
-    the host's own indices (in a container they would be renumbered from 0)."""
+_ROLE_IMAGE_KEY = {"router": "router", "mooncake-master": "mooncake_master"}
+
+
+def _check_role_images(recipe: Recipe, playbook: Playbook, units: list[Unit]) -> None:
+    """A router or Mooncake master whose image fleet knows lacks its program is refused here,
+    before any host is touched (``engines/images.py``; preflight's look inside stays the last line)."""
+    for u in units:
+        key = _ROLE_IMAGE_KEY.get(u.role)
+        if key is None or u.container is None:
+            continue
+        fact = images.lacks(u.container.image, u.argv)
+        if fact is None:
+            continue
+        overridden = getattr(playbook.overrides.images, key) is not None
+        raise PlanError(
+            playbook.source if overridden else recipe.source,
+            f"the {u.role} runs {images.program_of(u.argv)}, which image {u.container.image} does not carry "
+            f"({fact.source}): name an image that does in the recipe's images.{key} or the playbook's "
+            f"overrides.images.{key}",
+            f"overrides.images.{key}" if overridden else f"images.{key}",
+        )
+
+
+def _native(engine: Engine, units: list[Unit]) -> list[Unit]:
+    """Units of a runtime without containers (systemd) run the engine natively: device selection
+    moves into env, with the host's own indices (in a container they would be renumbered from 0)."""
     out = []
     for u in units:
-        if u.runtime == "systemd":
+        if not runtimes.get(u.runtime).containers:
             env = dict(u.env)
             if u.gpus:
-                name = "ASCEND_RT_VISIBLE_DEVICES" if recipe.engine == "vllm-ascend" else "CUDA_VISIBLE_DEVICES"
-                env[name] = ",".join(str(g) for g in u.gpus)
+                env[engine.visible_devices_env] = ",".join(str(g) for g in u.gpus)
             u = dataclasses.replace(u, container=None, env=env)
         out.append(u)
     return out
@@ -884,7 +932,7 @@ def plan(
         argv = mooncake.master_argv(rpc, ports["mooncake_metadata"], ports["mooncake_metrics"])
         mports = {k: ports[k] for k in ("mooncake_master", "mooncake_metadata", "mooncake_metrics")}
         sh0 = _shared(recipe, playbook, deployment, ports, facts, image, None, None)
-        master = _infra_unit(sh0, "mooncake-master", host, argv, mports, "/metrics", ports["mooncake_metrics"], 0, (),
+        master = _infra_unit(sh0, "mooncake-master", host, argv, mports, mooncake.MASTER_HEALTH_PATH, ports["mooncake_metrics"], 0, (),
                              sh0.images.mooncake_master or image)
         master_unit = master.name
         units.append(master)
@@ -892,7 +940,7 @@ def plan(
     engine_units: list[Unit] = []
     for inst in instances:
         engine_units += _engine_units(sh, inst)
-    engine_units, files = _vllm_store_configs(sh, engine_units, {h.name: h for h in inventory.hosts})
+    engine_units, files = _store_configs(sh, engine_units, {h.name: h for h in inventory.hosts})
     units += engine_units
     leaders = [u for u in engine_units if u.health is not None]
 
@@ -924,13 +972,14 @@ def plan(
         mount = Mount(host=f"{FILES_ROOT}/{name}", container=router.GATEWAY_CONF_PATH, read_only=True)
         units.append(
             _infra_unit(
-                sh, "gateway", host, router.GATEWAY_ARGV, {"gateway": port}, "/health", port, 3, gw_wants,
+                sh, "gateway", host, router.GATEWAY_ARGV, {"gateway": port}, router.GATEWAY_HEALTH_PATH, port, 3, gw_wants,
                 recipe.gateway.image, (mount,),
             )
         )
     _check_ports(playbook, units)
     _check_groups(playbook, units)
-    units = _drop(playbook, _native(recipe, units))
+    units = _drop(playbook, _native(registry.get(recipe.engine), units))
+    _check_role_images(recipe, playbook, units)
     units.sort(key=lambda u: (u.start_order, u.group, u.rank))
     return Plan(deployment=deployment, recipe=recipe.id, units=tuple(units), files=files)
 
@@ -943,7 +992,7 @@ def _shared(
     images = RoleImages(router=ov.router or recipe.images.router,
                         mooncake_master=ov.mooncake_master or recipe.images.mooncake_master)
     return _Shared(
-        recipe=recipe, playbook=playbook, deployment=deployment, ports=ports, facts=facts, image=image, images=images,
+        recipe=recipe, engine=registry.get(recipe.engine), playbook=playbook, deployment=deployment, ports=ports, facts=facts, image=image, images=images,
         timeout_s=playbook.overrides.start_timeout_s or recipe.start_timeout_s,
         mooncake_master=master, mooncake_unit=master_unit,
         served_model_name=recipe.served_model_name or (recipe.gateway.route if recipe.gateway else None),

@@ -27,6 +27,9 @@ fi
 mkdir -p /run/sshd
 
 python3 -m pip install -q --disable-pip-version-check -e '.[test]'
+# tests/observe/test_dashboard.py decodes dashboards/fleet.json with Grafana's dashboard types
+# (Apache-2.0, generated from Grafana's schemas; Grafana itself is no Debian or Python package).
+python3 -m pip install -q --disable-pip-version-check 'grafana-foundation-sdk==1769699998!10.1.0'
 # The sandbox hosts run the system python3 (they share this machine's filesystem); `fleet weights
 # stage --source hub` runs the hub's own client there, as a real host's python3 or engine image would.
 /usr/bin/python3 -c 'import huggingface_hub' 2>/dev/null ||

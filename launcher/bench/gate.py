@@ -1,9 +1,11 @@
 """Bench-gated rollouts (``rollout.bench_gate`` / ``--bench-gate``): a short bench of each
 batch's previous generation, taken out of its routers and drained, is that batch's baseline;
 after the batch restarts healthy, the same bench runs against its new-generation groups,
-addressed directly (their rank 0 URLs, never through a router).  A batch whose goodput
-dropped, or whose TTFT p50 rose, by more than the threshold fails the gate: the rollout puts it
-back on the previous generation and stops, with both numbers.
+addressed directly (their rank 0 URLs, never through a router).  A batch
+whose attainment (share of requests within both SLOs) dropped, or whose TTFT or TPOT p99 rose,
+beyond its threshold -- the larger of the configured floor and twice the baseline's own repeat
+noise (two back-to-back runs of the previous generation) -- fails the gate: the rollout puts it
+back on the previous generation and stops, with the numbers and thresholds.
 
 Contract: :func:`judge` is pure; :class:`Gate` implements the rolling loop's per-batch gate
 (``before`` / ``after``, see :class:`launcher.rolling.roll.BatchGate`) and sends load only to
@@ -19,8 +21,8 @@ from typing import Mapping, Sequence
 from launcher.bench import store
 from launcher.bench.client import LevelSpec, run_level
 from launcher.bench.results import Level, level_from_aiperf
-from launcher.bench.run import model_name, tokenizer_of, utc_now
-from launcher.bench.spec import CATALOG_SHAPES, Shape, Slo, default_slo, parse_shape, parse_slo
+from launcher.bench.run import level_duration, model_name, tokenizer_of, utc_now
+from launcher.config.benchspec import CATALOG_SHAPES, Shape, Slo, default_slo, new_seed, parse_shape, parse_slo
 from launcher.config.recipes import open_catalog
 from launcher.errors import FleetError
 from launcher.model import BenchGate, Playbook, Recipe
@@ -35,7 +37,6 @@ class GateSpec:
     threshold_pct: float
     model: str
     tokenizer: str
-    duration_s: float = 120.0
     timeout_s: float = 120.0
 
 
@@ -43,28 +44,92 @@ def _pct(new: float, old: float) -> float:
     return (new / old - 1.0) * 100.0 if old else 0.0
 
 
-def _numbers(before: Level, after: Level) -> str:
-    tb, ta = before.ttft_ms_p50, after.ttft_ms_p50
-    ttft = "n/a" if tb is None or ta is None else f"{tb:.1f} -> {ta:.1f} ms ({_pct(ta, tb):+.1f}%)"
-    return (
-        f"goodput {before.goodput_tok_s:.1f} -> {after.goodput_tok_s:.1f} tok/s "
-        f"({_pct(after.goodput_tok_s, before.goodput_tok_s):+.1f}%), TTFT p50 {ttft}"
-    )
+NOISE_FACTOR = 2.0  # a threshold is at least this many times the baseline's own repeat noise
+# What the gate judges: (name, Level attribute, higher is better).  Attainment (share of requests
+# within both SLOs) in percentage points; the p99s relative.
+METRICS: tuple[tuple[str, str, bool], ...] = (
+    ("attainment", "attainment", True), ("TTFT p99", "ttft_ms_p99", False), ("TPOT p99", "tpot_ms_p99", False),
+)  # fmt: skip
 
 
-def judge(before: Level, after: Level, threshold_pct: float, where: str) -> str | None:
-    """None when ``after`` is within the threshold of ``before``; else the one-line reason with
-    both numbers.  A level where nothing completed fails."""
-    limit = threshold_pct / 100.0
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Baseline:
+    """Two back-to-back runs of the previous generation: each metric's reference (their mean),
+    its repeat noise, and the threshold derived from it -- the larger of the configured floor
+    and NOISE_FACTOR x the noise (attainment: points; p99s: percent of the reference)."""
+
+    runs: tuple[Level, Level]
+    floor_pct: float
+
+    def values(self, attr: str) -> tuple[float, float] | None:
+        a, b = (getattr(lv, attr) for lv in self.runs)
+        return None if a is None or b is None else (float(a), float(b))
+
+    def ref(self, attr: str) -> float | None:
+        v = self.values(attr)
+        return None if v is None else (v[0] + v[1]) / 2
+
+    def noise_pct(self, attr: str) -> float | None:
+        """Attainment: the two runs' difference in points; a latency: relative to their mean."""
+        v, ref = self.values(attr), self.ref(attr)
+        if v is None or ref is None:
+            return None
+        if attr == "attainment":
+            return abs(v[0] - v[1]) * 100.0
+        return abs(v[0] - v[1]) / ref * 100.0 if ref else 0.0
+
+    def threshold_pct(self, attr: str) -> float:
+        return max(self.floor_pct, NOISE_FACTOR * (self.noise_pct(attr) or 0.0))
+
+    def describe(self) -> str:
+        parts = []
+        for name, attr, _ in METRICS:
+            v = self.values(attr)
+            if v is None:
+                continue
+            unit = "pts" if attr == "attainment" else "%"
+            shown = (f"{100 * v[0]:.0f}%, {100 * v[1]:.0f}%" if attr == "attainment" else f"{v[0]:.1f}, {v[1]:.1f} ms")
+            parts.append(f"{name} {shown} (noise {self.noise_pct(attr):.1f}{unit}, threshold "
+                         f"{self.threshold_pct(attr):.1f}{unit})")  # fmt: skip
+        return "; ".join(parts)
+
+
+def _numbers(base: Baseline, after: Level) -> str:
+    parts = []
+    for name, attr, _ in METRICS:
+        ref, now = base.ref(attr), getattr(after, attr)
+        if ref is None:
+            continue
+        if attr == "attainment":
+            shown = "n/a" if now is None else f"{100 * now:.0f}% ({100 * (now - ref):+.1f} pts"
+            parts.append(f"{name} {100 * ref:.0f}% -> {shown}" + ("" if now is None else f", threshold "
+                         f"{base.threshold_pct(attr):.1f} pts)"))  # fmt: skip
+        else:
+            shown = "n/a" if now is None else f"{now:.1f} ms ({_pct(now, ref):+.1f}%"
+            parts.append(f"{name} {ref:.1f} -> {shown}" + ("" if now is None else f", threshold "
+                         f"{base.threshold_pct(attr):.1f}%)"))  # fmt: skip
+    return ", ".join(parts)
+
+
+def judge(base: Baseline, after: Level, where: str) -> str | None:
+    """None when ``after`` is within each metric's threshold of the baseline's reference; else
+    the one-line reason with the numbers and thresholds.  A level where nothing completed fails."""
+    if after.completed == 0:
+        return f"bench gate: the new generation completed no request at {where}"
     worse = []
-    if after.completed == 0 or after.goodput_tok_s < before.goodput_tok_s * (1.0 - limit):
-        worse.append("goodput dropped")
-    tb, ta = before.ttft_ms_p50, after.ttft_ms_p50
-    if tb is not None and (ta is None or ta > tb * (1.0 + limit)):
-        worse.append("TTFT p50 rose")
+    for name, attr, higher_better in METRICS:
+        ref, now, limit = base.ref(attr), getattr(after, attr), base.threshold_pct(attr)
+        if ref is None:
+            continue
+        if now is None:
+            worse.append(f"{name} not measured")
+        elif higher_better and (ref - now) * 100.0 > limit:
+            worse.append(f"{name} dropped")
+        elif not higher_better and now > ref * (1.0 + limit / 100.0):
+            worse.append(f"{name} rose")
     if not worse:
         return None
-    return f"bench gate: {' and '.join(worse)} beyond {threshold_pct:g}% at {where}: {_numbers(before, after)}"
+    return f"bench gate: {' and '.join(worse)} beyond the threshold at {where}: {_numbers(base, after)}"
 
 
 class Gate:
@@ -74,7 +139,7 @@ class Gate:
         self.spec = spec
         self.artifacts = artifacts
         self.secrets = secrets
-        self.baseline: Level | None = None
+        self.baseline: Baseline | None = None
         self.notes: list[str] = []
         self._runs = 0
 
@@ -83,8 +148,10 @@ class Gate:
         self._runs += 1
         spec = LevelSpec(
             urls=tuple(urls), model=s.model, tokenizer=s.tokenizer, shape=s.shape, slo=s.slo,
-            concurrency=s.concurrency, requests=s.requests, duration_s=s.duration_s, timeout_s=s.timeout_s,
+            concurrency=s.concurrency, requests=s.requests, timeout_s=s.timeout_s,
+            duration_s=level_duration(s.shape, s.slo, s.concurrency, s.requests + s.concurrency),
             warmup=s.concurrency,  # the new generation just started: its first requests pay its warm-up
+            seed=new_seed(),  # fresh prompts: the old generation holds none of them warm in its prefix cache
         )  # fmt: skip
         return level_from_aiperf(run_level(spec, self.artifacts / f"gate-{self._runs}", self.secrets), s.concurrency)
 
@@ -94,29 +161,29 @@ class Gate:
 
     def before(self, urls: Sequence[str]) -> None:
         """Measure the previous generation on the batch about to restart (drained, out of its
-        routers): that batch's baseline.  Taken right before the batch restarts, on the same
-        groups, so both numbers see the same hosts and the machine loaded alike (a baseline
-        taken once at the start drifts with the load over a long rollout).  A later batch whose
-        previous generation completes nothing is compared with the last baseline; the first
-        batch's is an error."""
-        now = self._measure(urls)
-        if now.completed == 0:
+        routers) twice, back to back: that batch's baseline and its repeat noise, from which the
+        thresholds follow.  Taken right before the batch restarts, on the same groups, so both
+        sides see the same hosts and the machine loaded alike.  A later batch whose previous
+        generation completes nothing is compared with the last baseline; the first batch's is
+        an error."""
+        runs = (self._measure(urls), self._measure(urls))
+        if any(r.completed == 0 for r in runs):
             if self.baseline is None:
                 raise FleetError(f"bench gate: the previous generation completed no request at {self._where()}")
             self.notes.append(f"bench gate: the previous generation of this batch completed no request at {self._where()}: "
                               "compared with the last baseline")  # fmt: skip
             return
-        self.baseline = now
-        ttft = None if now.ttft_ms_p50 is None else round(now.ttft_ms_p50, 1)
-        self.notes.append(f"bench gate baseline (previous generation) at {self._where()}: goodput "
-                          f"{now.goodput_tok_s:.1f} tok/s, TTFT p50 {ttft} ms")  # fmt: skip
+        self.baseline = Baseline(runs=runs, floor_pct=self.spec.threshold_pct)
+        self.notes.append(f"bench gate baseline (previous generation, 2 runs back to back) at {self._where()}: "
+                          f"{self.baseline.describe()} (threshold: the larger of {self.spec.threshold_pct:g} and "
+                          f"{NOISE_FACTOR:g} x the noise)")  # fmt: skip
 
     def after(self, urls: Sequence[str]) -> str | None:
         """None when the new generation's groups at ``urls`` pass; else the reason."""
         if self.baseline is None:
             raise FleetError("bench gate: no baseline measured")
         now = self._measure(urls)
-        reason = judge(self.baseline, now, self.spec.threshold_pct, self._where())
+        reason = judge(self.baseline, now, self._where())
         if reason is None:
             self.notes.append(f"bench gate passed at {self._where()}: {_numbers(self.baseline, now)}")
         return reason

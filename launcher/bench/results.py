@@ -8,10 +8,12 @@ failed request is never dropped from the count.  ``to_json``/``run_from_json`` r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Mapping
+import re
+import statistics
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Sequence
 
-from launcher.bench.spec import Shape, Slo
+from launcher.config.benchspec import ATTAINMENT_TARGET, Shape, Slo
 from launcher.errors import FleetError
 
 # The per-level keys of the JSON report (issue 15), in this order.
@@ -42,6 +44,87 @@ class Level:
     goodput_req_s: float
     goodput_tok_s: float
     duration_s: float
+    # Prefill/decode: the KV transfers the decodes' own counters recorded during the level (see
+    # launcher/deploy/crossing.py); None where the deployment has no such counters.
+    kv: KvTransfers | None = None
+    seed: int | None = None  # the client's --random-seed for this level (None: a run saved before seeds)
+    # Share of prompt tokens the engines' own prefix caches answered during the level (their
+    # counters, read before and after); None where they could not be read.
+    prefix_cache_hit_rate: float | None = None
+    good_requests: int | None = None  # requests within both SLOs (aiperf's count; None: a run saved before)
+    # With --repeat N: the level was run N times; its figures are the medians (counts summed) and
+    # ``spread`` holds (min, max) over the repeats of each of SPREAD_KEYS.
+    repeats: int = 1
+    spread: tuple[tuple[str, float, float], ...] = ()
+    # Requests the client itself cancelled in flight (the level's duration and grace ran out):
+    # neither completed nor failed by the engine; 0 in a run saved before they were counted.
+    cancelled: int = 0
+    # Open loop: the requests/s offered (Poisson arrivals; ``concurrency`` 0, no cap); None:
+    # closed loop at ``concurrency``.
+    request_rate: float | None = None
+
+    @property
+    def load(self) -> str:
+        """``concurrency 4`` or ``rate 2 req/s``: how the level loaded the endpoint."""
+        return load_label(self.concurrency, self.request_rate)
+
+    @property
+    def key(self) -> tuple[str, float]:
+        """What identifies a level across runs (two runs compare at equal keys)."""
+        return ("rate", self.request_rate) if self.request_rate is not None else ("concurrency", float(self.concurrency))
+
+    @property
+    def offered(self) -> float:
+        """The level's load as a number (higher is more load): its rate or its concurrency."""
+        return self.request_rate if self.request_rate is not None else float(self.concurrency)
+
+    def range_of(self, key: str) -> tuple[float, float] | None:
+        return next(((lo, hi) for k, lo, hi in self.spread if k == key), None)
+
+    @property
+    def attainment(self) -> float | None:
+        """Share of the level's requests (failed and cancelled ones included) meeting both SLOs."""
+        sent = self.completed + self.failed + self.cancelled
+        return None if self.good_requests is None or sent == 0 else self.good_requests / sent
+
+
+def load_label(concurrency: int, rate: float | None) -> str:
+    return f"rate {rate:g} req/s" if rate is not None else f"concurrency {concurrency}"
+
+
+# The figures whose spread over repeats is kept.
+SPREAD_KEYS = ("output_throughput_tok_s", "goodput_tok_s", "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p99")
+
+
+def combine(runs: Sequence[Level]) -> Level:
+    """N repeats of one level as one: each figure the median over the repeats (None where a
+    repeat had none), the request counts summed, the spread (min, max) of SPREAD_KEYS kept."""
+    first = runs[0]
+    if len(runs) == 1:
+        return first
+
+    def med(key: str) -> float | None:
+        values = [v for v in (getattr(lv, key) for lv in runs) if v is not None]
+        return statistics.median(values) if len(values) == len(runs) else None
+
+    medians: dict[str, Any] = {k: med(k) for k in LEVEL_KEYS if k not in ("concurrency", "completed", "failed")}
+    spread = tuple((k, min(vs), max(vs)) for k in SPREAD_KEYS
+                   if len(vs := [v for v in (getattr(lv, k) for lv in runs) if v is not None]) == len(runs))  # fmt: skip
+    goods = [lv.good_requests for lv in runs]
+    return replace(
+        first, **medians, completed=sum(lv.completed for lv in runs), failed=sum(lv.failed for lv in runs),
+        cancelled=sum(lv.cancelled for lv in runs),
+        good_requests=None if None in goods else sum(g for g in goods if g is not None), repeats=len(runs),
+        spread=spread, prefix_cache_hit_rate=med("prefix_cache_hit_rate"),
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KvTransfers:
+    done: int  # transfers completed
+    failed: int
+    avg_ms: float | None  # mean transfer time
+    mib: float  # KV moved
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,6 +145,15 @@ class Run:
     client: str  # "aiperf 0.13.0"
     levels: tuple[Level, ...]
     caveats: tuple[str, ...] = ()  # why the recipe's figures are not directly comparable
+    seed: int | None = None  # the run's seed: each level's is derived from it (bench.spec.level_seed)
+    attainment_target: float = ATTAINMENT_TARGET  # the share of requests within the SLO a level must reach
+
+    @property
+    def capacity(self) -> Level | None:
+        """DistServe-style goodput: the highest-load level at which at least ``attainment_target``
+        of the requests met both SLOs (None: no level did, or attainment unknown)."""
+        ok = [lv for lv in self.levels if lv.attainment is not None and lv.attainment >= self.attainment_target]
+        return max(ok, key=lambda lv: lv.offered, default=None)
 
     @property
     def goodput_tok_s(self) -> float:
@@ -71,7 +163,11 @@ class Run:
     @property
     def goodput_per_8gpu_tok_s(self) -> float | None:
         """The catalog's headline metric: the best goodput normalised to 8 GPUs."""
-        return self.goodput_tok_s * 8 / self.gpus if self.gpus else None
+        return self.per_8gpu(self.goodput_tok_s)
+
+    def per_8gpu(self, tok_s: float) -> float | None:
+        """A throughput of this deployment as the catalog states it: per 8 of the plan's GPUs."""
+        return tok_s * 8 / self.gpus if self.gpus else None
 
     @property
     def best(self) -> Level | None:
@@ -83,18 +179,36 @@ def _stat(doc: Mapping[str, Any], metric: str, stat: str) -> float | None:
     return None if value is None else float(value)
 
 
+# aiperf 0.13.0 leaves the requests it cancelled when the level's duration and grace ran out
+# out of its export altogether (no count, no error): only its log's phase summary says so
+# ("Phase profiling (profiling) complete | completed=2, cancelled=2, errors=0"); the client
+# reads that line into the export under this key (see client.run_level).
+CANCELLED_KEY = "fleet_cancelled_request_count"
+_PHASE_DONE = re.compile(r"Phase profiling \(profiling\) complete \|[^|]*\bcancelled=(\d+)")
+
+
+def cancelled_in_log(text: str) -> int | None:
+    """The profiling phase's cancelled requests from aiperf's log; None without that line."""
+    found = _PHASE_DONE.findall(text)
+    return int(found[-1]) if found else None
+
+
 def level_from_aiperf(doc: Mapping[str, Any], concurrency: int) -> Level:
     """One level from aiperf's summary export.  aiperf's ``inter_token_latency`` is TPOT as vLLM
-    defines it ((latency - TTFT) / (output tokens - 1), per request)."""
+    defines it ((latency - TTFT) / (output tokens - 1), per request).  ``failed``: its errors
+    (a request past its own time limit among them); ``cancelled``: what its log said it cancelled
+    in flight at the level's end (:data:`CANCELLED_KEY`), in no other count."""
     if "request_count" not in doc and "error_request_count" not in doc:
         raise FleetError(f"aiperf's export has no request counts (keys: {', '.join(sorted(doc)[:8])} ...)")
     completed = int(_stat(doc, "request_count", "avg") or 0)
+    cancelled = int(doc.get(CANCELLED_KEY) or 0)
     good_req_s = _stat(doc, "goodput", "avg") or 0.0
     mean_out = _stat(doc, "output_sequence_length", "avg") or 0.0
     return Level(
         concurrency=concurrency,
         completed=completed,
         failed=int(_stat(doc, "error_request_count", "avg") or 0),
+        cancelled=cancelled,
         request_throughput=_stat(doc, "request_throughput", "avg") or 0.0,
         input_throughput_tok_s=_stat(doc, "input_token_throughput", "avg") or 0.0,
         output_throughput_tok_s=_stat(doc, "output_token_throughput", "avg") or 0.0,
@@ -108,6 +222,7 @@ def level_from_aiperf(doc: Mapping[str, Any], concurrency: int) -> Level:
         # Fixed-length requests (ignore_eos): the good requests' output tokens per second.
         goodput_tok_s=good_req_s * mean_out,
         duration_s=_stat(doc, "benchmark_duration", "avg") or 0.0,
+        good_requests=None if (good := _stat(doc, "good_request_count", "avg")) is None else int(good),
     )
 
 
@@ -129,8 +244,40 @@ def to_json(run: Run) -> dict[str, Any]:
         "started": run.started,
         "client": run.client,
         "caveats": list(run.caveats),
-        "levels": [{k: getattr(lv, k) for k in LEVEL_KEYS} for lv in run.levels],
+        "seed": run.seed,
+        "attainment_target": run.attainment_target,
+        "slo_capacity": _capacity_json(run),
+        "levels": [{**{k: getattr(lv, k) for k in LEVEL_KEYS}, "seed": lv.seed,
+                    "prefix_cache_hit_rate": lv.prefix_cache_hit_rate, "good_requests": lv.good_requests,
+                    "attainment": lv.attainment, "repeats": lv.repeats, "cancelled": lv.cancelled,
+                    "request_rate": lv.request_rate,
+                    "output_tok_s_per_8gpu": run.per_8gpu(lv.output_throughput_tok_s),
+                    "goodput_tok_s_per_8gpu": run.per_8gpu(lv.goodput_tok_s),
+                    "spread": {k: [lo, hi] for k, lo, hi in lv.spread}, **_kv_json(lv.kv)} for lv in run.levels],
     }
+
+
+def _capacity_json(run: Run) -> dict[str, Any] | None:
+    lv = run.capacity
+    if lv is None:
+        return None
+    per8 = lv.output_throughput_tok_s * 8 / run.gpus if run.gpus else None
+    return {"concurrency": lv.concurrency, "request_rate": lv.request_rate, "attainment": lv.attainment, "output_tok_s": lv.output_throughput_tok_s,
+            "output_tok_s_per_8gpu": per8}  # fmt: skip
+
+
+def _kv_json(kv: KvTransfers | None) -> dict[str, Any]:
+    if kv is None:
+        return {}
+    return {"kv_transfers": {"done": kv.done, "failed": kv.failed, "avg_ms": kv.avg_ms, "mib": kv.mib}}
+
+
+def _kv(doc: Mapping[str, Any] | None) -> KvTransfers | None:
+    if doc is None:
+        return None
+    avg = doc["avg_ms"]
+    return KvTransfers(done=int(doc["done"]), failed=int(doc["failed"]), avg_ms=None if avg is None else float(avg),
+                       mib=float(doc["mib"]))  # fmt: skip
 
 
 def run_from_json(doc: Mapping[str, Any], run_id: str) -> Run:
@@ -144,8 +291,14 @@ def run_from_json(doc: Mapping[str, Any], run_id: str) -> Run:
             shape=Shape(label=shape["label"], input_len=int(shape["input_len"]), output_len=int(shape["output_len"])),
             slo=Slo(ttft_ms=float(slo["ttft_ms"]), tpot_ms=float(slo["tpot_ms"]), origin=str(slo["origin"])),
             started=str(doc["started"]), client=str(doc["client"]),
-            levels=tuple(Level(**{k: lv[k] for k in LEVEL_KEYS}) for lv in doc["levels"]),
-            caveats=tuple(doc.get("caveats") or ()),
+            levels=tuple(Level(**{k: lv[k] for k in LEVEL_KEYS}, kv=_kv(lv.get("kv_transfers")), seed=lv.get("seed"),
+                               prefix_cache_hit_rate=lv.get("prefix_cache_hit_rate"), good_requests=lv.get("good_requests"),
+                               repeats=int(lv.get("repeats", 1)), cancelled=int(lv.get("cancelled", 0)),
+                               request_rate=lv.get("request_rate"),
+                               spread=tuple((k, float(v[0]), float(v[1])) for k, v in (lv.get("spread") or {}).items()))
+                         for lv in doc["levels"]),
+            caveats=tuple(doc.get("caveats") or ()), seed=doc.get("seed"),
+            attainment_target=float(doc.get("attainment_target", ATTAINMENT_TARGET)),
         )  # fmt: skip
     except (KeyError, TypeError, ValueError) as err:
         raise FleetError(f"saved bench run {run_id}: not a fleet bench report ({type(err).__name__}: {err})") from None

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Mapping
 
-from launcher.bench.results import Run, run_from_json, to_json
+from launcher.bench.results import Level, Run, run_from_json, to_json
 from launcher.errors import UsageError
 from launcher.model import Recipe
 
@@ -85,6 +85,23 @@ class Comparison:
     ttft_p50_pct: float | None  # at the level where each had its best goodput
     tpot_p50_pct: float | None
     warnings: tuple[str, ...]
+    levels: tuple[LevelDelta, ...] = ()  # the concurrencies both runs measured, level by level
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LevelDelta:
+    """B against A at one concurrency both measured."""
+
+    concurrency: int
+    goodput_pct: float | None  # goodput tok/s, per 8 GPUs when both know their GPUs
+    load: str  # "concurrency 4" / "rate 2 req/s"
+    ttft_p50_pct: float | None
+    tpot_p50_pct: float | None
+    attainment: tuple[float | None, float | None]  # A's, B's
+    # the two medians' goodput lie within the repeated run's min..max over its repeats (A's,
+    # else B's); None: neither was repeated
+    inside_spread: bool | None = None
+    request_rate: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -136,6 +153,12 @@ def compare(a: Run, b: Run) -> Comparison:
         warnings.append(
             f"different SLOs: ttft={a.slo.ttft_ms:g},tpot={a.slo.tpot_ms:g} vs ttft={b.slo.ttft_ms:g},tpot={b.slo.tpot_ms:g}"
         )
+    ca, cb = [lv.key for lv in a.levels], [lv.key for lv in b.levels]
+    if ca != cb:
+        warnings.append(f"different levels: {_loads(a)} vs {_loads(b)} "
+                        "(the best levels below may be different loads; compare the common levels)")  # fmt: skip
+    if a.gpus != b.gpus:
+        warnings.append(f"different GPU counts: {a.gpus} vs {b.gpus}")
     per8 = a.goodput_per_8gpu_tok_s is not None and b.goodput_per_8gpu_tok_s is not None
     pa = a.goodput_per_8gpu_tok_s if per8 else a.goodput_tok_s
     pb = b.goodput_per_8gpu_tok_s if per8 else b.goodput_tok_s
@@ -144,5 +167,41 @@ def compare(a: Run, b: Run) -> Comparison:
         a=a, b=b, goodput_pct=_pct(pb, pa), per_8gpu=per8,
         ttft_p50_pct=_pct(bb.ttft_ms_p50 if bb else None, ba.ttft_ms_p50 if ba else None),
         tpot_p50_pct=_pct(bb.tpot_ms_p50 if bb else None, ba.tpot_ms_p50 if ba else None),
-        warnings=tuple(warnings),
+        warnings=tuple(warnings), levels=_by_level(a, b, per8),
     )  # fmt: skip
+
+
+def _by_level(a: Run, b: Run, per8: bool) -> tuple[LevelDelta, ...]:
+    scale_a = 8 / a.gpus if per8 and a.gpus else 1.0
+    scale_b = 8 / b.gpus if per8 and b.gpus else 1.0
+    theirs = {lv.key: lv for lv in b.levels}
+    out = []
+    for la in a.levels:
+        lb = theirs.get(la.key)
+        if lb is None:
+            continue
+        out.append(LevelDelta(
+            concurrency=la.concurrency, request_rate=la.request_rate, load=la.load,
+            goodput_pct=_pct(lb.goodput_tok_s * scale_b, la.goodput_tok_s * scale_a),
+            ttft_p50_pct=_pct(lb.ttft_ms_p50, la.ttft_ms_p50), tpot_p50_pct=_pct(lb.tpot_ms_p50, la.tpot_ms_p50),
+            attainment=(la.attainment, lb.attainment), inside_spread=_inside(la, lb, scale_a, scale_b),
+        ))  # fmt: skip
+    return tuple(out)
+
+
+def _loads(run: Run) -> str:
+    rates = [lv.request_rate for lv in run.levels if lv.request_rate is not None]
+    if rates:
+        return f"rate {','.join(f'{r:g}' for r in rates)} req/s"
+    return f"concurrency {','.join(str(lv.concurrency) for lv in run.levels)}"
+
+
+def _inside(a: Level, b: Level, scale_a: float, scale_b: float) -> bool | None:
+    """B's median goodput within A's min..max over A's repeats, else A's within B's."""
+    span = a.range_of("goodput_tok_s")
+    if span is not None:
+        return span[0] * scale_a <= b.goodput_tok_s * scale_b <= span[1] * scale_a
+    span = b.range_of("goodput_tok_s")
+    if span is not None:
+        return span[0] * scale_b <= a.goodput_tok_s * scale_a <= span[1] * scale_b
+    return None

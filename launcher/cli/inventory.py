@@ -6,8 +6,9 @@ from __future__ import annotations
 import click
 
 from launcher.cli import cli
+from launcher.cli.options import inventory_option
 from launcher.cli.recipes import show_table
-from launcher.config.inventory import load_inventory
+from launcher.config.inventory_sources import load_sources
 from launcher.config.patterns import select
 from launcher.model import Host
 from launcher.output import dumps
@@ -27,12 +28,12 @@ def inventory() -> None:
 
 
 @inventory.command("list")
-@click.option("-i", "--inventory", "inventory_path", required=True, help="Inventory file (YAML or INI).")
+@inventory_option
 @click.option("--limit", default=None, help="Ansible host pattern: only these hosts.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (sorted keys).")
 def list_command(inventory_path: str, limit: str | None, as_json: bool) -> None:
     """Resolved hosts, groups and vars."""
-    inv = load_inventory(inventory_path)
+    inv = load_sources(inventory_path)
     hosts = select(inv, limit, None, "--limit") if limit is not None else inv.hosts
     names = {h.name for h in hosts}
     # As `ansible-inventory --list`: a group with neither hosts nor children (an empty

@@ -4,12 +4,15 @@ unit and kind (``launcher/observe``).
 
 The generation of each unit is read from its host (the manifests, as ``fleet status`` does);
 units not deployed get no target.  FILE keeps the groups of other deployments and is replaced
-atomically, so a Prometheus watching it follows without a restart.  Exit codes: 0 written, 2 bad
-input.
+atomically, so a Prometheus watching it follows without a restart.  ``--limit`` reads only the
+hosts it matches; the others keep the targets they have in FILE (a deployment with none of
+them is left as it is).  Exit codes: 0 written, 2 bad input.
 """
 
 from __future__ import annotations
 
+import sys
+from functools import partial
 from pathlib import Path
 from typing import Sequence
 
@@ -17,13 +20,12 @@ import click
 from click.decorators import FC
 
 from launcher.cli import cli
-from launcher.cli.common import connector, ssh_options
+from launcher.cli.common import connector, limit_option, ssh_options
+from launcher.deploy.publish import TargetsHook, publish
 from launcher.deploy.session import Target
-from launcher.errors import ExitCode, FleetError
-from launcher.model import Playbook
 from launcher.observe import sdfile
-from launcher.observe.publish import publish, targets_path
-from launcher.pipeline import load_target
+from launcher.limit import limited_deployments
+from launcher.pipeline import deployment, load_inputs, narrowed, target_of, unlocked_by
 
 
 @cli.group("metrics")
@@ -36,17 +38,36 @@ def metrics_group() -> None:
 @ssh_options
 @click.option("-o", "--output", "output", required=True, metavar="FILE", type=click.Path(dir_okay=False),
               help="The file_sd JSON file to write (other deployments' groups in it are kept).")  # fmt: skip
+@limit_option(whole_groups=False)
 def targets_command(
     playbooks: tuple[str, ...], inventory_path: str, forks: int, trust_new_hosts: bool, known_hosts: tuple[str, ...],
-    output: str,
+    output: str, limit_pattern: str | None,
 ) -> None:  # fmt: skip
-    """Write PLAYBOOKS' scrape targets into FILE (Prometheus file_sd_configs)."""
-    targets = [load_target(pb, inventory_path, None, None) for pb in playbooks]  # every input checked first
+    """Write PLAYBOOKS' scrape targets into FILE (Prometheus file_sd_configs).  A host that
+    cannot be read keeps the targets it had in FILE (none are written when no host answers);
+    each such host is named and the exit code is 1."""
+    loaded = [(load_inputs(pb, inventory_path), pb) for pb in playbooks]  # every input checked first
+    wholes = [(inputs, unlocked_by(target_of(deployment(inputs)), pb, inventory_path)) for inputs, pb in loaded]
+    inventory = loaded[0][0].inventory  # the same -i for every playbook
+    kept = limited_deployments(inventory, {t.deployment: t.hosts for _, t in wholes}, limit_pattern)
+    # A target reads each unit of its own: a limit may take part of a group (nothing is restarted).
+    targets = [(narrowed(t, inputs.inventory, limit_pattern, split_ok=True), t) for inputs, t in wholes
+               if t.deployment in kept]  # fmt: skip
+    for _, t in wholes:
+        if t.deployment not in kept:
+            click.echo(f"{t.deployment}: left as it is (--limit matches none of its hosts)", err=True)
     sdfile.check(Path(output))
+    missed_any = False
     with connector(known_hosts, trust_new_hosts) as conn:
-        for target in targets:
-            groups = publish(Path(output), target, conn.connect, forks)
+        for target, whole in targets:
+            left_out = {h.name for h in whole.hosts} - {h.name for h in target.hosts}
+            groups, missed = publish(Path(output), target, conn.connect, forks, left_out)
+            if missed:
+                missed_any = True
+                click.echo(f"fleet: error: {target.deployment}: unreachable: {', '.join(missed)} (their previous "
+                           f"targets in {output} are kept)", err=True)
             click.echo(f"{target.deployment}: {len(groups)} targets -> {output}", err=True)
+    sys.exit(1 if missed_any else 0)
 
 
 def targets_file_option(f: FC) -> FC:
@@ -56,40 +77,10 @@ def targets_file_option(f: FC) -> FC:
                              "(default: the playbook's metrics.targets_file).")(f)  # fmt: skip
 
 
-class TargetsHook:
-    """Rewrites a deployment's targets in FILE when called: after ``up``/``down`` and after each
-    rolling batch, so Prometheus follows the rollout.  Each call reads the hosts over its own SSH
-    connections (the command's own stay with it).  A failure is reported on stderr, not raised:
-    it must not stop a rollout; :meth:`exit_code` then turns a success into exit 1."""
-
-    def __init__(self, path: Path, target: Target, known_hosts: Sequence[str], trust_new: bool, forks: int) -> None:
-        self.path, self.target, self.known_hosts, self.trust_new, self.forks = path, target, known_hosts, trust_new, forks
-        self.failed = False
-
-    def __call__(self) -> None:
-        try:
-            with connector(self.known_hosts, self.trust_new) as conn:
-                publish(self.path, self.target, conn.connect, self.forks)
-        except FleetError as err:
-            self.failed = True
-            click.echo(f"fleet: error: scrape targets {self.path} not updated: {err}", err=True)
-
-    def exit_code(self, code: int) -> int:
-        return int(ExitCode.FAILED) if self.failed and code == ExitCode.OK else code
-
-
-def after_change(hook: TargetsHook | None, code: int) -> int:
-    """Rewrites the scrape targets (when asked) after a change; the command's exit code."""
-    if hook is None:
-        return code
-    hook()
-    return hook.exit_code(code)
-
-
-def checked_targets_path(playbook: Playbook, flag: str | None) -> Path | None:
-    """Where the playbook or ``--targets-file`` asks for targets to be kept (None: nowhere); a
-    FILE that is not a targets file stops the command here, before any host is touched."""
-    path = targets_path(playbook, flag)
-    if path is not None:
-        sdfile.check(path)
-    return path
+def targets_hook(path: Path | None, target: Target, known_hosts: Sequence[str], trust_new: bool,
+                 forks: int) -> TargetsHook | None:  # fmt: skip
+    """The command's :class:`TargetsHook` (None without a targets file): its own strictly checked
+    connections, its failure on stderr."""
+    if path is None:
+        return None
+    return TargetsHook(path, target, partial(connector, known_hosts, trust_new), forks, partial(click.echo, err=True))

@@ -10,9 +10,10 @@ from __future__ import annotations
 import click
 
 from launcher.cli import cli
+from launcher.cli.options import inventory_option
 from launcher.errors import UsageError
 from launcher.model import Plan
-from launcher.output import dumps, print_table, table
+from launcher.output import dumps, print_listing
 from launcher.pipeline import is_playbook, load_inputs, planned
 from launcher.plan import to_jsonable
 
@@ -34,7 +35,7 @@ def rows(p: Plan) -> list[tuple[str, ...]]:
     prefix = f"fleet-{p.deployment}-"
     out: list[tuple[str, ...]] = []
     for u in p.units:
-        ports = " ".join(str(v) for _, v in sorted(u.ports.items()))
+        ports = " ".join(f"{k}={v}" for k, v in sorted(u.ports.items(), key=lambda kv: kv[1]))
         image = u.container.image if u.container else "(native)"
         out.append(
             (u.host, u.name.removeprefix(prefix), u.role, f"{u.rank}/{u.nnodes}", _ranges(u.gpus), ports or "-", image)
@@ -42,9 +43,32 @@ def rows(p: Plan) -> list[tuple[str, ...]]:
     return out
 
 
+# The per-host network env worth a column: what the network layer derives per host.
+_NETWORK_COLUMNS = (
+    ("data ip", ("SGLANG_HOST_IP", "VLLM_HOST_IP", "MOONCAKE_LOCAL_HOSTNAME")),
+    ("nic", ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")),
+    ("gid", ("NCCL_IB_GID_INDEX", "MC_GID_INDEX")),
+    ("hcas", ("NCCL_IB_HCA", "MOONCAKE_DEVICE", "UCX_NET_DEVICES")),
+)
+
+
+def network_rows(p: Plan) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
+    """Per host (plan order), the network values fleet derived for it: data IP, NIC, RoCE GID
+    index, HCAs -- only the columns some host has (a host without a value shows ``-``)."""
+    per_host: dict[str, dict[str, str]] = {}
+    for u in p.units:
+        values = per_host.setdefault(u.host, {})
+        for label, names in _NETWORK_COLUMNS:
+            value = next((u.env[n] for n in names if n in u.env), None)
+            if value is not None and label not in values:
+                values[label] = value.lstrip("=")  # NCCL's exact-match prefix
+    labels = tuple(label for label, _ in _NETWORK_COLUMNS if any(label in v for v in per_host.values()))
+    return ("host", *labels), [(h, *(v.get(label, "-") for label in labels)) for h, v in per_host.items() if v]
+
+
 @cli.command("plan")
 @click.argument("target")
-@click.option("-i", "--inventory", "inventory_path", required=True, help="Inventory file (YAML or INI).")
+@inventory_option
 @click.option("--hosts", default=None, help="Host pattern to place a recipe id on.")
 @click.option("--json", "as_json", is_flag=True, help="Print the full plan as JSON.")
 def plan_command(target: str, inventory_path: str, hosts: str | None, as_json: bool) -> None:
@@ -58,4 +82,8 @@ def plan_command(target: str, inventory_path: str, hosts: str | None, as_json: b
         click.echo(dumps(data))
         return
     title = f"{result.deployment} ({result.recipe}): {len(result.units)} units"
-    print_table(table(("host", "unit", "role", "rank", "gpus", "ports", "image"), rows(result), title=title))
+    print_listing(("host", "unit", "role", "rank", "gpus", "ports", "image"), rows(result), title=title)
+    columns, net = network_rows(result)
+    if len(columns) > 1:
+        click.echo()
+        print_listing(columns, net, title="per-host network (planned env)")

@@ -8,22 +8,26 @@ check failed, 1 some check failed (each failure printed on stderr with its host 
 
 from __future__ import annotations
 
+import shlex
 import sys
 from typing import IO, TYPE_CHECKING, Sequence
 
 import click
 
 from launcher.cli import cli
-from launcher.cli.common import connector as _connector, execute_log_to_stderr, ssh_options as _ssh_options
-from launcher.config.inventory import load_inventory
-from launcher.config.patterns import select
+from launcher.cli.common import connector as _connector, execute_log_to_stderr, limit_option
+from launcher.cli.common import ssh_options as _ssh_options
+from launcher.config.inventory_sources import load_sources
+from launcher.limit import limit_hosts
 from launcher.execute.fanout import DEFAULT_FORKS
 from launcher.execute.ssh import SshConnector
 from launcher.model import Host
 from launcher.output import dumps, print_table, table
-from launcher.preflight import checks, facts_cache
-from launcher.preflight.facts import HostFacts
-from launcher.preflight.run import FactsRound, PreflightReport, gather_facts, run_preflight, run_preflight_paths
+from launcher.facts import cache as facts_cache
+from launcher.preflight import checks
+from launcher.facts.host import HostFacts
+from launcher.facts.gather import FactsRound, gather_facts
+from launcher.preflight.run import PreflightReport, run_preflight, run_preflight_paths
 
 if TYPE_CHECKING:
     from launcher.pipeline import Inputs
@@ -93,7 +97,7 @@ def facts_rows(round_: FactsRound, hosts: Sequence[Host]) -> list[tuple[str, ...
 
 
 def facts_json(round_: FactsRound, hosts: Sequence[Host]) -> dict[str, object]:
-    from launcher.preflight.facts import to_json
+    from launcher.facts.host import to_json
 
     out: list[dict[str, object]] = []
     for h in hosts:
@@ -112,7 +116,7 @@ def facts_json(round_: FactsRound, hosts: Sequence[Host]) -> dict[str, object]:
 
 @cli.command("facts")
 @_ssh_options
-@click.option("--limit", "limit_pattern", default=None, metavar="PATTERN", help="Only hosts matching this pattern.")
+@limit_option(whole_groups=False)
 @click.option("--json", "as_json", is_flag=True, help="Print every host's facts as JSON.")
 @click.option("--no-cache", is_flag=True, help="Do not write the facts cache.")
 def facts_command(inventory_path: str, known_hosts: tuple[str, ...], trust_new_hosts: bool, forks: int,
@@ -120,8 +124,8 @@ def facts_command(inventory_path: str, known_hosts: tuple[str, ...], trust_new_h
     """Gather each host's facts in one SSH round (GPUs, RDMA ports and GID tables, NICs and
     MTU, docker and its runtimes, disk, /dev/shm, clock offset) and cache them for planning
     (gid_index: auto) under ~/.cache/fleet/facts/."""
-    inventory = load_inventory(inventory_path)
-    hosts = select(inventory, limit_pattern) if limit_pattern else inventory.hosts
+    inventory = load_sources(inventory_path)
+    hosts = limit_hosts(inventory, inventory.hosts, limit_pattern, what=f"inventory {inventory.path}")
     with execute_log_to_stderr(), _connector(known_hosts, trust_new_hosts) as connector:
         round_ = gather_facts(inventory, hosts, connector, forks=forks, cache=not no_cache)
     if as_json:
@@ -168,24 +172,36 @@ def print_preflight(report: PreflightReport, *, as_json: bool = False, problems_
         rows = [(c.status, c.host, c.unit or "-", c.name, c.message, c.fix) for c in report.checks]
         print_table(table(("status", "host", "unit", "check", "message", "fix"), rows,
                           title=f"preflight {report.deployment} ({report.recipe})"), stream)
-    for c in sorted((c for c in report.checks if c.status != "pass"), key=lambda c: _ORDER[c.status]):
-        click.echo(f"fleet: preflight: {c.line()}", err=True)
+    problems = sorted((c for c in report.checks if c.status != "pass"), key=lambda c: _ORDER[c.status])
+    for line in checks.merged_lines(problems):  # one line per problem, however many hosts have it
+        click.echo(f"fleet: preflight: {line}", err=True)
     n = report.counts()
     click.echo(f"fleet: preflight {report.deployment}: {n['pass']} pass, {n['warn']} warn, {n['fail']} fail", err=True)
 
 
-def gate(inputs: Inputs, connector: SshConnector, *, forks: int = DEFAULT_FORKS,
-         quiet: bool = False) -> PreflightReport:
-    """What ``fleet up`` runs first (unless ``--skip-preflight``): the cheap preflight, its
-    warnings and failures on stderr, and exit status 1 before anything is touched when a check
-    fails.  Returns the report (its plan was made with fresh facts).  The connector's
-    connections stay open for the deploy."""
-    report = run_preflight(inputs.inventory, inputs.catalog, inputs.playbook, connector, forks=forks,
-                           level="cheap", note=(lambda _: None) if quiet else _note)  # fmt: skip
+def print_gate(report: PreflightReport, inputs: Inputs, *, check: bool = False) -> None:
+    """What ``fleet up``'s preflight gate shows: the warnings and failures on stderr and, when a
+    check failed, that nothing was started (``check``: that --check goes on)."""
     print_preflight(report, problems_only=True)
-    if report.failed:
-        click.echo("fleet: preflight failed: nothing was started (fleet preflight PLAYBOOK -i INV shows every "
-                   "check; --skip-preflight overrides)", err=True)
+    if report.failed and check:
+        click.echo("fleet: preflight failed: fleet up would stop here, before starting anything; --check goes on",
+                   err=True)  # fmt: skip
+    elif report.failed:
+        shown = shlex.join(("fleet", "preflight", inputs.playbook.path, "-i", inputs.inventory.path))
+        click.echo(f"fleet: preflight failed: nothing was started ({shown} shows every check; --skip-preflight "
+                   "overrides)", err=True)  # fmt: skip
+
+
+def gate(inputs: Inputs, connector: SshConnector, *, forks: int = DEFAULT_FORKS,
+         quiet: bool = False, limit: str | None = None, check: bool = False) -> PreflightReport:
+    """The preflight gate as ``fleet up`` runs it (:mod:`launcher.flows.up`), for ``fleet demo``:
+    the cheap preflight, its warnings and failures on stderr, and exit status 1 before anything
+    is touched when a check fails (unless ``check``).  Returns the report (its plan was made with
+    fresh facts); the connector's connections stay open for the deploy."""
+    report = run_preflight(inputs.inventory, inputs.catalog, inputs.playbook, connector, forks=forks,
+                           level="cheap", note=(lambda _: None) if quiet else _note, limit=limit)  # fmt: skip
+    print_gate(report, inputs, check=check)
+    if report.failed and not check:
         sys.exit(int(report.exit_code))
     return report
 
@@ -196,8 +212,10 @@ def gate(inputs: Inputs, connector: SshConnector, *, forks: int = DEFAULT_FORKS,
 @click.option("--checksums", is_flag=True,
               help="Also hash the weights against fleet.sha256 beside them (slow: reads every byte).")
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress lines (the checks are still printed).")
+@limit_option(whole_groups=True)
 def preflight_command(playbook: str, inventory_path: str, known_hosts: tuple[str, ...], trust_new_hosts: bool,
-                      forks: int, checksums: bool, as_json: bool) -> None:  # fmt: skip
+                      forks: int, checksums: bool, as_json: bool, quiet: bool, limit_pattern: str | None) -> None:  # fmt: skip
     """Check every host of PLAYBOOK before launching: GPUs vs the recipe, driver, docker and
     its NVIDIA runtime, HCAs ACTIVE, /dev/infiniband inside the image with the rendered flags,
     the RoCE v2 IPv4 GID index vs the planned NCCL_IB_GID_INDEX, MTU equal across ranks, the
@@ -213,11 +231,19 @@ def preflight_command(playbook: str, inventory_path: str, known_hosts: tuple[str
     failure when the plan renders --device /dev/infiniband; a warning when the playbook drops
     --device (overrides.drop_docker_flags, as the sandbox playbooks do), since RDMA is then off
     by choice and NCCL/Mooncake run over TCP.
+
+    A PD deployment's KV transport is tried for real between each prefill and decode host pair,
+    inside the deployment's own image with the rendered UCX/Mooncake env: NIXL (or Mooncake's
+    transfer engine) registers a 32 MiB buffer on the prefill host, listening on its side
+    channel, and the decode host reads it across; the check names the transport the library
+    picked and the bandwidth.  It fails with the library's own message (side channel
+    unreachable, a UCX_NET_DEVICES the host lacks) and warns when a host's fabric is RDMA but
+    the transport is TCP.
     """
     with execute_log_to_stderr(), _connector(known_hosts, trust_new_hosts) as connector:
         report = run_preflight_paths(playbook, inventory_path, connector, forks=forks,
                                      level="full" if checksums else "cheap",
-                                     note=(lambda _: None) if as_json else _note)  # fmt: skip
+                                     note=(lambda _: None) if as_json or quiet else _note, limit=limit_pattern)  # fmt: skip
     print_preflight(report, as_json=as_json)
     sys.exit(int(report.exit_code))
 
@@ -233,19 +259,29 @@ def preflight_command(playbook: str, inventory_path: str, known_hosts: tuple[str
 @click.option("-o", "--output", "output", required=True, metavar="FILE.tar.gz", help="Where to write the bundle.")
 @click.option("--tail", "tail_n", type=click.IntRange(min=1), default=2000, show_default=True,
               help="Log lines per unit.")
+@click.option("--secret", "secrets", multiple=True, metavar="NAME[=@FILE|=env:VAR]",
+              help="Secret source override (as for up): its value is masked wherever it occurs in the bundle.")
+@limit_option(whole_groups=False)
 def collect_command(playbook: str, inventory_path: str, known_hosts: tuple[str, ...], trust_new_hosts: bool,
-                    forks: int, output: str, tail_n: int) -> None:  # fmt: skip
+                    forks: int, output: str, tail_n: int, secrets: tuple[str, ...],
+                    limit_pattern: str | None) -> None:  # fmt: skip
     """One evidence bundle from every host of PLAYBOOK: per unit its container logs, NCCL debug
     output, docker inspect and rendered files (never secrets.env); per host facts, GID tables,
     nvidia-smi topo -m, NICs and the kernel log tail; plus the plan and a manifest.  Unreachable
-    hosts are recorded in the manifest, not fatal."""
+    hosts are recorded in the manifest, not fatal.  Secret values are masked: env entries by name
+    and, for the playbook's secrets this control host can read, by value wherever they occur."""
+    from launcher.deploy.secrets import resolve_readable
     from launcher.pipeline import load_inputs
     from launcher.preflight.collect import collect
 
     inputs = load_inputs(playbook, inventory_path)
+    values, unreadable = resolve_readable(inputs.playbook.secrets, secrets)
     with execute_log_to_stderr(), _connector(known_hosts, trust_new_hosts) as connector:
         report = collect(inputs.inventory, inputs.catalog, inputs.playbook, connector, output, tail=tail_n,
-                         forks=forks)
+                         forks=forks, limit=limit_pattern, secret_values=tuple(values.values()))
+    # told once a bundle exists (a refused --limit is the only line of its error)
+    for name, why in unreadable.items():
+        _note(f"fleet: collect: secret {name} is masked by name only: {why}")
     for h in report.hosts:
         detail = f"{len(h.units)} unit(s), {h.files} file(s)" if h.status == "ok" else h.error
         click.echo(f"{h.host} | {h.status} | {detail}")

@@ -5,39 +5,64 @@ Tables for people, ``--json`` (sorted keys) for scripts; loader errors are one l
 
 from __future__ import annotations
 
+import difflib
 import sys
+import typing
 from typing import Iterable, Sequence
 
 import click
+import yaml
 from rich.console import Console
-from rich.table import Table
 
 from launcher.cli import cli
+from launcher.cli.options import inventory_option
 from launcher.config.fit import fit
-from launcher.config.inventory import load_inventory
+from launcher.config.inventory_sources import load_sources
 from launcher.config.recipes import load_catalog
-from launcher.model import Hardware, Parallelism, Recipe, Report
-from launcher.output import dumps
+from launcher.engines import registry
+from launcher.errors import UsageError
+from launcher.model import GpuSku, Hardware, Parallelism, Recipe, Report, Topology
+from launcher.output import dumps, print_listing
 from launcher.plan import to_jsonable
+from launcher.preflight.rules.base import size_text
+from launcher.preflight.rules.memory import STORE_RAM_HEADROOM, segments_ram
 
 
-def show_table(columns: Sequence[str], rows: Iterable[Sequence[str]], title: str | None = None) -> None:
-    """A plain table whose cells wrap instead of being cut (ids must stay readable)."""
-    t = Table(title=title, box=None, pad_edge=False)
-    for col in columns:
-        t.add_column(col, overflow="fold")
-    for row in rows:
-        t.add_row(*(c.replace("[", r"\[") for c in row))
-    console = Console(file=sys.stdout)
-    if not console.is_terminal:  # a pipe or a file: do not squeeze ids into 80 columns
-        console = Console(file=sys.stdout, width=200)
-    console.print(t)
+def show_table(columns: Sequence[str], rows: Iterable[Sequence[str]], title: str | None = None, *,
+               console: Console | None = None) -> None:  # fmt: skip
+    """:func:`launcher.output.print_listing` (ids never broken); to a pipe or a file, 200 columns."""
+    if console is None:
+        console = Console(file=sys.stdout)
+        if not console.is_terminal:  # a pipe or a file: do not squeeze ids into 80 columns
+            console = Console(file=sys.stdout, width=200)
+    print_listing(columns, list(rows), title=title, console=console)
+
+
+def checked_choice(flag: str, value: str | None, choices: Iterable[str]) -> str | None:
+    """``value`` when it is one of ``choices`` (None passes); else a :class:`UsageError` with
+    did-you-mean (matched ignoring case and dashes: ``rtx6000d`` -> ``RTX-6000D``) and the
+    valid values, so a typo in a filter is not an empty list."""
+    known = list(choices)
+    if value is None or value in known:
+        return value
+
+    def folded(s: str) -> str:
+        return s.lower().replace("-", "").replace("_", "")
+
+    exact = [c for c in known if folded(c) == folded(value)]
+    close = exact or [
+        c for f in difflib.get_close_matches(folded(value), [folded(c) for c in known], n=1, cutoff=0.6)
+        for c in known if folded(c) == f
+    ]  # fmt: skip
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise UsageError(f"{flag}: unknown value {value!r}{hint}; one of: {', '.join(known)}")
 
 
 def hardware_text(hw: Hardware) -> str:
     """``8×H100``, ``8×H100/H800×2``."""
     text = f"{hw.gpus_per_node}×{'/'.join(hw.skus)}"
     return text + (f"×{hw.nodes}" if hw.nodes > 1 else "")
+
 
 
 def parallelism_text(p: Parallelism) -> str:
@@ -66,6 +91,27 @@ def report_text(report: Report | None) -> str:
 def quant_text(r: Recipe) -> str:
     text = r.quantization.weight_format
     return text + (f" kv:{r.kv_cache_dtype}" if r.kv_cache_dtype else "")
+
+
+def network_text(r: Recipe) -> str:
+    """The engine containers' network as the render sets it (``runtimes/container.py``)."""
+    if r.network == "host":
+        return "host (--network host)"
+    http = registry.get(r.engine).http_port
+    return (f"bridge (docker's bridge network, no host networking; each unit's listen ports published on "
+            f"the host, --publish {http}:{http} for the HTTP port unless the playbook sets another)")
+
+
+def store_ram_text(r: Recipe) -> str:
+    """The host RAM a node's Mooncake global segments take, as preflight's host-memory check counts
+    it (:func:`launcher.preflight.rules.memory.segments_ram` of the node's GPUs)."""
+    assert r.mooncake_store is not None
+    gpus = r.hardware.gpus_per_node
+    need = segments_ram(r.mooncake_store, gpus)
+    if need is None:
+        return f"unknown (global_segment_size {r.mooncake_store.global_segment_size!r} does not parse)"
+    return (f"{size_text(need)} per node ({gpus} GPUs x {r.mooncake_store.global_segment_size} global segment); "
+            f"preflight fails a host with less RAM and warns above {STORE_RAM_HEADROOM:.0%} of it")
 
 
 def summary(r: Recipe) -> dict[str, object]:
@@ -109,6 +155,10 @@ def list_command(
 ) -> None:
     """List recipes in catalog order."""
     catalog = load_catalog()
+    checked_choice("--family", family, dict.fromkeys(r.family for r in catalog.recipes.values()))
+    checked_choice("--engine", engine, registry.names())
+    checked_choice("--gpu", sku, typing.get_args(GpuSku))
+    checked_choice("--topology", topology, typing.get_args(Topology))
     chosen = [
         r
         for r in catalog.recipes.values()
@@ -143,14 +193,19 @@ def show_command(recipe_id: str, as_json: bool) -> None:
     lines = [f"{r.id} (catalog entry {r.catalog_entry}) — {r.summary.strip()}"]
     for key in ("engine", "topology", "hardware", "parallelism", "quantization", "report"):
         lines.append(f"  {key}: {s[key]}")
+    if r.hardware.fabric:
+        lines.append(f"  fabric: {r.hardware.fabric} (the catalog's figures were measured over it)")
     lines.append(f"  model: {r.model}  (served as {r.served_model_name or r.model})")
     lines.append(f"  image: {r.image}  ({r.engine} {r.engine_version})")
+    for role, image in (("router", r.images.router), ("mooncake_master", r.images.mooncake_master)):
+        if image is not None:
+            lines.append(f"  {role} image: {image}")
+    lines.append(f"  network: {network_text(r)}")
     for label, value in (
         ("kv_cache_dtype", r.kv_cache_dtype),
         ("speculative", r.speculative),
         ("hicache", r.hicache),
         ("mooncake_store", r.mooncake_store),
-        ("pd", r.pd),
         ("gateway", r.gateway),
         ("context_length", r.context_length),
         ("gpu_memory_utilization", r.gpu_memory_utilization),
@@ -158,6 +213,12 @@ def show_command(recipe_id: str, as_json: bool) -> None:
     ):
         if value is not None:
             lines.append(f"  {label}: {to_jsonable(value)}")
+    if r.mooncake_store is not None:
+        lines.append(f"  mooncake_store host RAM: {store_ram_text(r)}")
+    if r.pd is not None:
+        # Nested roles read as YAML (the recipe's own language), not as a Python dict.
+        pd_yaml = yaml.safe_dump({"pd": to_jsonable(r.pd)}, sort_keys=False, default_flow_style=False)
+        lines.extend("  " + line for line in pd_yaml.splitlines())
     if r.engine_args:
         lines.append(f"  engine_args: {' '.join(r.engine_args)}")
     for name, value in sorted(r.env.items()):
@@ -181,12 +242,12 @@ def show_command(recipe_id: str, as_json: bool) -> None:
 
 @recipes.command("fit")
 @click.argument("recipe_id")
-@click.option("-i", "--inventory", "inventory_path", required=True, help="Inventory file (YAML or INI).")
+@inventory_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (sorted keys).")
 def fit_command(recipe_id: str, inventory_path: str, as_json: bool) -> None:
     """Which hosts and groups of the inventory can run RECIPE_ID, and why the others cannot."""
     recipe = load_catalog().get(recipe_id)
-    report = fit(recipe, load_inventory(inventory_path))
+    report = fit(recipe, load_sources(inventory_path))
     if as_json:
         data = to_jsonable(report)
         assert isinstance(data, dict)
@@ -201,8 +262,8 @@ def fit_command(recipe_id: str, inventory_path: str, as_json: bool) -> None:
     click.echo(f"hosts that fit: {', '.join(hosts_ok) or 'none'}")
     click.echo(f"groups that can hold a deployment: {', '.join(groups_ok) or 'none'}")
     show_table(
-        ("host", "fits", "why not"),
-        [(h.host, "yes" if h.fits else "no", "; ".join(h.reasons)) for h in report.hosts],
+        ("host", "fits", "why not", "note"),
+        [(h.host, "yes" if h.fits else "no", "; ".join(h.reasons), "; ".join(h.notes)) for h in report.hosts],
     )
     show_table(
         ("group", "fits", "fitting hosts", "why not"),

@@ -1,4 +1,4 @@
-"""``fleet render TARGET -i INVENTORY [--hosts PATTERN] -o DIR [--runtime docker|systemd] [--force]``:
+"""``fleet render TARGET -i INVENTORY [--hosts PATTERN] -o DIR [--runtime RUNTIME] [--force]``:
 the files each host would get, written locally as ``DIR/<host>/<absolute path>`` with their
 modes.  Nothing is contacted.
 
@@ -16,11 +16,13 @@ from pathlib import Path
 import click
 
 from launcher.cli import cli
+from launcher.cli.options import inventory_option
 from launcher.config.patterns import select
 from launcher.errors import FleetError, UsageError
 from launcher.model import Runtime
 from launcher.pipeline import deployment, is_playbook, load_inputs
 from launcher.render import RenderedHost
+from launcher.runtimes.registry import names as runtime_names
 
 
 def _write(out: Path, host: RenderedHost) -> None:
@@ -36,10 +38,10 @@ def _write(out: Path, host: RenderedHost) -> None:
 
 @cli.command("render")
 @click.argument("target")
-@click.option("-i", "--inventory", "inventory_path", required=True, help="Inventory file (YAML or INI).")
+@inventory_option
 @click.option("--hosts", default=None, help="Host pattern: placement for a recipe id, output filter for a playbook.")
 @click.option("-o", "--output", "output", required=True, help="Directory to write DIR/<host>/<path> into.")
-@click.option("--runtime", type=click.Choice(["docker", "systemd"]), default=None, help="Override every unit's runtime.")
+@click.option("--runtime", type=click.Choice(runtime_names()), default=None, help="Override every unit's runtime.")
 @click.option("--force", is_flag=True, help="Write into a non-empty DIR, replacing the host folders rendered.")
 def render_command(target: str, inventory_path: str, hosts: str | None, output: str, runtime: Runtime | None, force: bool) -> None:
     """Write the files TARGET (a playbook file or a recipe id) would put on each host."""

@@ -13,8 +13,9 @@ from typing import Sequence
 import click
 
 from launcher.cli import cli
-from launcher.cli.common import execute_log_to_stderr
-from launcher.config.inventory import load_inventory
+from launcher.cli.common import execute_log_to_stderr, limit_option, ssh_settings
+from launcher.cli.options import inventory_option
+from launcher.config.inventory_sources import load_sources
 from launcher.config.patterns import select
 from launcher.errors import ExitCode, UnreachableError, UsageError
 from launcher.execute.command import Command
@@ -30,6 +31,7 @@ from launcher.execute.fanout import (
 from launcher.execute.hostkeys import KnownHosts
 from launcher.execute.ssh import SshConnector, SshOptions
 from launcher.execute.transport import Result, Transport
+from launcher.limit import limit_hosts
 from launcher.model import Host
 
 
@@ -103,8 +105,7 @@ def _report(result: FanoutResult[Result], as_json: bool) -> None:
 
 
 @cli.command("run")
-@click.option("-i", "--inventory", "inventory_path", required=True, metavar="INV",
-              help="Ansible inventory (YAML or INI).")
+@inventory_option
 @click.option("--forks", type=click.IntRange(min=1), default=DEFAULT_FORKS, show_default=True,
               help="Hosts worked on at the same time.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0,
@@ -116,6 +117,7 @@ def _report(result: FanoutResult[Result], as_json: bool) -> None:
 @click.option("--trust-new-hosts", is_flag=True,
               help="Record the keys of hosts never seen before (changed keys are still refused).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@limit_option(whole_groups=False)
 @click.argument("pattern")
 @click.argument("words", nargs=-1, required=True, metavar="-- CMD...")
 def run_command(
@@ -126,14 +128,16 @@ def run_command(
     known_hosts: tuple[str, ...],
     trust_new_hosts: bool,
     as_json: bool,
+    limit_pattern: str | None,
     pattern: str,
     words: tuple[str, ...],
 ) -> None:
     """Run CMD on the hosts of PATTERN and report each host's exit, stdout and stderr."""
     command = command_of(words)
-    hosts = select(load_inventory(inventory_path), pattern)
+    inventory = load_sources(inventory_path)
+    hosts = limit_hosts(inventory, select(inventory, pattern), limit_pattern, what=f"pattern {pattern!r}")
     known = KnownHosts.for_operator(known_hosts, trust_new=trust_new_hosts)
-    options = SshOptions(connect_timeout=connect_timeout, banner_timeout=connect_timeout)
+    options = ssh_settings(SshOptions(connect_timeout=connect_timeout, banner_timeout=connect_timeout))
 
     def one(host: Host, transport: Transport) -> Result:
         return transport.run(command, timeout=timeout)

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from launcher.cli import cli
+from launcher.cli.common import sandbox_log_to_stderr
 from launcher.errors import UsageError
 
 
@@ -37,8 +38,9 @@ def up(n: int, name: str, inventory: Path | None, tags: tuple[str, ...], mode: s
 
     if real_engine and no_docker and not systemd_hosts:
         raise click.UsageError("--real-engine needs docker on the hosts (drop --no-docker) or --systemd-hosts")
-    st = fleet.up(name, n, inventory_path=inventory, tags=tags, mode=mode,  # type: ignore[arg-type]
-                  docker=not no_docker, systemd_hosts=systemd_hosts, real_engine=real_engine)  # fmt: skip
+    with sandbox_log_to_stderr():
+        st = fleet.up(name, n, inventory_path=inventory, tags=tags, mode=mode,  # type: ignore[arg-type]
+                      docker=not no_docker, systemd_hosts=systemd_hosts, real_engine=real_engine)  # fmt: skip
     click.echo(f"sandbox {st.name}: {len(st.hosts)} hosts up ({st.mode})")
     click.echo(f"inventory:   {st.inventory}")
     click.echo(f"client key:  {st.client_key}")
@@ -55,7 +57,8 @@ def image_command(real_engine: bool) -> None:
 
     fleet.require_root()
     t0 = time.monotonic()
-    path = image.ensure_template(realimage.extra() if real_engine else None)
+    with sandbox_log_to_stderr():
+        path = image.ensure_template(realimage.extra() if real_engine else None)
     click.echo(f"image template {path} ready in {time.monotonic() - t0:.0f}s")
 
 

@@ -10,27 +10,25 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import click
 
 from launcher.cli import cli
 from launcher.cli.common import connector as _connector, execute_log_to_stderr as _execute_log_to_stderr
-from launcher.cli.common import ssh_options as _ssh_options
+from launcher.cli.common import limit_option, ssh_options as _ssh_options
+from launcher.cli.history import remember
+from launcher.history import started_now as history_started
 from launcher.output import dumps, print_table, table
-from launcher.execute.ssh import SshConnector
-from launcher.model import Plan
-from launcher.pipeline import Inputs, load_inputs, planned
+from launcher.plan import deployment_name
+from launcher.recap import Recap, lines as recap_lines, recap, to_json as recap_json
+from launcher.pipeline import load_inputs
 from launcher.deploy.secrets import resolve
 from launcher.weights.disk import gib
 from launcher.weights.hub import stage_hub
-from launcher.weights.needs import ModelNeed, model_needs
-from launcher.weights.stage import Progress, Report, parse_source, source_manifests, stage, verify
+from launcher.weights.stage import HostResult, Progress, Report, parse_source, source_manifests, stage, verify
+from launcher.weights.wanted import deployment_needs
 from launcher.weights.warm import Warmed, warm
-
-
-def _needs(inputs: Inputs, the_plan: Plan | None = None) -> tuple[ModelNeed, ...]:
-    return model_needs(the_plan or planned(inputs), inputs.inventory, inputs.catalog.get(inputs.playbook.recipe))
 
 
 def report_json(report: Report) -> dict[str, object]:
@@ -83,9 +81,11 @@ def _progress(as_json: bool) -> Iterator[Progress | None]:
         yield bars
 
 
-def _print(report: Report, verb: str, as_json: bool) -> None:
+def _print(report: Report, verb: str, as_json: bool, summary: Recap | None = None) -> None:
+    """The hosts' table (or JSON, with ``summary`` under ``recap``), each host's problem on
+    stderr, the one-line total, then ``summary`` (``stage``: the run summary)."""
     if as_json:
-        click.echo(dumps(report_json(report)))
+        click.echo(dumps({**report_json(report), **({"recap": recap_json(summary)} if summary is not None else {})}))
     else:
         rows = [(h.host, h.status, str(h.files), str(h.bytes), str(len(h.mismatches)),
                  ", ".join(f"{s} {n}" for s, n in h.senders), h.error) for h in report.hosts]
@@ -101,6 +101,35 @@ def _print(report: Report, verb: str, as_json: bool) -> None:
     click.echo(f"fleet: weights {verb}: {models}: {len(report.hosts) - len(bad)}/{len(report.hosts)} host(s) ok"
                + (f", {moved} bytes transferred in {report.seconds:.1f}s" if verb == "stage" else "")
                + (f"; failed: {', '.join(bad)}" if bad else ""), err=True)
+    if summary is not None and not as_json:
+        click.echo("\n".join(recap_lines(summary)))
+
+
+STAGE_COLUMNS = ("staged", "unchanged", "failed", "unreachable")
+
+
+def stage_outcome(h: HostResult) -> str:
+    """A host's column: ``staged`` when files moved to it, ``unchanged`` when none had to."""
+    return h.status if h.status != "ok" else "staged" if h.files else "unchanged"
+
+
+def stage_recap(deployment: str, report: Report) -> Recap:
+    """``fleet weights stage``'s run summary: per host, its copy staged (files moved to it),
+    unchanged (already matching), failed or unreachable."""
+    rows = [(h.host, stage_outcome(h)) for h in report.hosts]
+    code = 0 if report.ok else 1
+    why = ("every host has a matching copy" if report.ok
+           else "some hosts have no matching copy (errors above); the others' copies are complete")  # fmt: skip
+    return recap(f"{deployment}: weights stage", rows, code, what="copies", columns=STAGE_COLUMNS, explained=why)
+
+
+def _staged(started: tuple[str, float], playbook: str, deployment: str, report: Report, as_json: bool) -> None:
+    """Prints the stage's report with its run summary, records the run, exits with its status."""
+    summary = stage_recap(deployment, report)
+    _print(report, "stage", as_json, summary)
+    remember(started, playbook, deployment, [h.host for h in report.hosts],
+             [(h.host, "weights", stage_outcome(h)) for h in report.hosts], summary.exit_code)
+    sys.exit(summary.exit_code)
 
 
 @cli.group("weights")
@@ -122,32 +151,34 @@ def weights_group() -> None:
                    "0600 file, never argv.")
 @click.option("--full", is_flag=True, help="Hash the hosts' copies (finds same-size corruption; reads every byte).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
+@limit_option(whole_groups=False)
 def stage_command(playbook: str, inventory_path: str, known_hosts: tuple[str, ...], trust_new_hosts: bool,
                   forks: int, source_text: str, revision: str | None, secret_flags: tuple[str, ...], full: bool,
-                  as_json: bool) -> None:  # fmt: skip
+                  as_json: bool, quiet: bool, limit_pattern: str | None) -> None:  # fmt: skip
     """Put every model PLAYBOOK's units read (target, draft) at the path they read it from, on
     every host that runs one of them and no other.  The source is read once; hosts that have a
     file pass it on to the next (rsync over SSH, with a per-run key each host may use only to
     read that model dir).  Free space is checked on every host first; a re-run moves only what
-    is missing or different, and each copy gets a manifest (fleet-weights.json) last."""
+    is missing or different, and each copy gets a manifest (fleet-weights.json) last.  Ends with
+    the run summary and is recorded in fleet history."""
+    started = history_started()
     inputs = load_inputs(playbook, inventory_path)
-    needs = _needs(inputs)
+    needs = deployment_needs(inputs, limit=limit_pattern)
     if source_text == "hub":
         refs = [r for r in inputs.playbook.secrets if r.name == "HF_TOKEN"]
         token = resolve(refs, secret_flags).get("HF_TOKEN")
         with _execute_log_to_stderr(), _connector(known_hosts, trust_new_hosts) as connector, \
-                _progress(as_json) as bars:  # fmt: skip
-            report = stage_hub(inputs.inventory, needs, connector, revision=revision, token=token, forks=forks,
-                               progress=bars)
-        _print(report, "stage", as_json)
-        sys.exit(0 if report.ok else 1)
+                _progress(as_json or quiet) as bars:  # fmt: skip
+            report = stage_hub(inputs.inventory, needs, connector, revision=revision, token=token, full=full,
+                               forks=forks, progress=bars)
+        _staged(started, playbook, deployment_name(inputs.playbook.name), report, as_json)
     source = parse_source(source_text, inputs.inventory)
     with _execute_log_to_stderr(), _connector(known_hosts, trust_new_hosts) as connector, \
-            _progress(as_json) as bars:  # fmt: skip
+            _progress(as_json or quiet) as bars:  # fmt: skip
         report = stage(inputs.inventory, needs, source, connector, revision=revision, full=full, forks=forks,
                        progress=bars)
-    _print(report, "stage", as_json)
-    sys.exit(0 if report.ok else 1)
+    _staged(started, playbook, deployment_name(inputs.playbook.name), report, as_json)
 
 
 @weights_group.command("verify")
@@ -157,16 +188,18 @@ def stage_command(playbook: str, inventory_path: str, known_hosts: tuple[str, ..
               help="Compare with this source (default: with the copy most hosts have).")
 @click.option("--full", is_flag=True, help="Hash every file on every host (in parallel), not only sizes and mtimes.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@limit_option(whole_groups=False)
 def verify_command(playbook: str, inventory_path: str, known_hosts: tuple[str, ...], trust_new_hosts: bool,
-                   forks: int, source_text: str | None, full: bool, as_json: bool) -> None:  # fmt: skip
+                   forks: int, source_text: str | None, full: bool, as_json: bool,
+                   limit_pattern: str | None) -> None:  # fmt: skip
     """Check every host's copy of PLAYBOOK's models: manifest present and the same revision
     everywhere, every file there with its size and mtime (--full: its sha256).  Names host and
     file of every mismatch; exit 1 if any."""
     inputs = load_inputs(playbook, inventory_path)
-    needs = _needs(inputs)
+    needs = deployment_needs(inputs, limit=limit_pattern)
     source = parse_source(source_text, inputs.inventory) if source_text else None
     with _execute_log_to_stderr(), _connector(known_hosts, trust_new_hosts) as connector:
-        expected = source_manifests(needs, source, connector, inputs.inventory, None) if source else None
+        expected = source_manifests(needs, source, connector, inputs.inventory, None, full=full) if source else None
         report = verify(inputs.inventory, needs, connector, expected=expected, full=full, forks=forks)
     _print(report, "verify", as_json)
     sys.exit(0 if report.ok else 1)
@@ -181,14 +214,16 @@ def warm_json(warmed: tuple[Warmed, ...]) -> dict[str, object]:
 @click.argument("playbook")
 @_ssh_options
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@limit_option(whole_groups=False)
 def warm_command(playbook: str, inventory_path: str, known_hosts: tuple[str, ...], trust_new_hosts: bool,
-                 forks: int, as_json: bool) -> None:  # fmt: skip
+                 forks: int, as_json: bool, limit_pattern: str | None) -> None:  # fmt: skip
     """Read PLAYBOOK's staged weights into the page cache of every host that runs them (vmtouch
     -t on the host paths the units mount), so the engines' first load reads memory, not disk.
     Reports per host the bytes resident before and after.  Needs vmtouch on the hosts."""
     inputs = load_inputs(playbook, inventory_path)
     with _execute_log_to_stderr(), _connector(known_hosts, trust_new_hosts) as connector:
-        warmed = warm_hosts(inputs, connector, forks)
+        warmed = warm(inputs.inventory, deployment_needs(inputs, limit=limit_pattern), connector, forks=forks)
+        warm_note(warmed)
     if as_json:
         click.echo(dumps(warm_json(warmed)))
     else:
@@ -196,9 +231,7 @@ def warm_command(playbook: str, inventory_path: str, known_hosts: tuple[str, ...
                           [(w.host, gib(w.total), gib(w.before), gib(w.after), f"{w.seconds:.1f}") for w in warmed]))
 
 
-def warm_hosts(inputs: Inputs, connector: SshConnector, forks: int, the_plan: Plan | None = None) -> tuple[Warmed, ...]:
-    """``fleet weights warm`` (also ``fleet up --warm``): warms and says so in one line on stderr."""
-    warmed = warm(inputs.inventory, _needs(inputs, the_plan), connector, forks=forks)
+def warm_note(warmed: Sequence[Warmed]) -> None:
+    """``fleet weights warm`` (also ``fleet up --warm``) says what it read in one line on stderr."""
     click.echo(f"fleet: weights warm: {len(warmed)} host(s), {sum(w.after - w.before for w in warmed)} bytes read "
                "into the page cache", err=True)
-    return warmed

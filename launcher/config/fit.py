@@ -2,7 +2,8 @@
 
 Contract: pure (no I/O).  A host fits when its SKU is one the recipe accepts, it has at least
 ``gpus_per_node`` GPUs with enough memory each, and — for multi-node and PD recipes — an RDMA
-fabric.  A group fits when it holds enough fitting hosts of one SKU and one fabric for a whole
+fabric (the fabric the figures were measured on, when the recipe names one and a host's differs,
+is a note, not a reason).  A group fits when it holds enough fitting hosts of one SKU and one fabric for a whole
 deployment (multinode: ``nodes``; PD: every prefill and decode instance).  The planner decides
 the actual placement; this answers "where could it go?" for an operator.
 """
@@ -32,6 +33,7 @@ class HostFit:
     host: str
     fits: bool
     reasons: tuple[str, ...]  # why not; empty when it fits
+    notes: tuple[str, ...] = ()  # differences from where the catalog's figures were measured
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,9 +80,19 @@ def host_reasons(recipe: Recipe, host: Host) -> tuple[str, ...]:
     return tuple(reasons)
 
 
+def host_notes(recipe: Recipe, host: Host) -> tuple[str, ...]:
+    """What does not stop the host but makes the catalog's figures not carry over: an RDMA fabric
+    other than the one they were measured on."""
+    measured, have = recipe.hardware.fabric, host.spec.fabric
+    if measured is None or have == "none" or have == measured:
+        return ()
+    return (f"fabric {have}, the catalog's figures were measured over {measured}",)
+
+
 def fit(recipe: Recipe, inventory: Inventory) -> FitReport:
     host_fits = tuple(
-        HostFit(host=h.name, fits=not (r := host_reasons(recipe, h)), reasons=r) for h in inventory.hosts
+        HostFit(host=h.name, fits=not (r := host_reasons(recipe, h)), reasons=r, notes=host_notes(recipe, h))
+        for h in inventory.hosts
     )
     fitting = {hf.host for hf in host_fits if hf.fits}
     need = nodes_needed(recipe)

@@ -20,18 +20,26 @@ from __future__ import annotations
 import ast
 import dataclasses
 import ipaddress
+import itertools
+import math
 import re
 import shlex
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
+from launcher.addresses import address_problem, common_args_problem, name_problem, user_problem
 from launcher.config.schema import decode, did_you_mean, field_hints, join
-from launcher.config.yamlpos import Map, Node, Scalar, Seq, describe, from_plain, parse_yaml, plain, read_text, show
+from launcher.config.yamlpos import (
+    MAX_SCALAR_CHARS, Map, Node, Scalar, Seq, Vaulted, describe, from_plain, parse_yaml, plain, read_text, show,
+)
 from launcher.errors import InputError
 from launcher.model import Group, Host, HostSpec, Inventory, Source
+
+if TYPE_CHECKING:
+    from launcher.config.vault import Password  # cryptography: imported when a !vault value is met
 
 _SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(HostSpec))
 _INVALID_GROUP_CHARS = re.compile(r"^[\d\W]|[^\w]")
@@ -48,7 +56,7 @@ class _Var:
 @dataclass(slots=True)
 class _Group:
     name: str
-    hosts: list[str] = field(default_factory=list)  # direct members, in order added
+    hosts: dict[str, None] = field(default_factory=dict)  # direct members, in order added (a dict: O(1) lookups)
     children: list[str] = field(default_factory=list)
     parents: list[str] = field(default_factory=list)
     vars: dict[str, _Var] = field(default_factory=dict)  # from the inventory file
@@ -65,7 +73,7 @@ class _Host:
     file_vars: dict[str, _Var] = field(default_factory=dict)  # from host_vars/
 
 
-class _Data:
+class InventoryData:
     """Ansible's InventoryData, reduced to what resolution needs."""
 
     def __init__(self) -> None:
@@ -109,13 +117,22 @@ class _Data:
     def add_host(self, name: str, group: str, port: int | None, source: Source, key_path: str) -> _Host:
         host = self.hosts.get(name)
         if host is None:
+            why = name_problem(name)
+            if why is not None:
+                raise InputError(source, f"should be {why}, got {show(name)}", key_path)
             host = self.hosts[name] = _Host(name=name, source=source, key_path=key_path)
             if port is not None:
                 host.vars["ansible_port"] = _Var(Scalar(value=port, source=source), key_path)
-        g = self.groups[group]
-        if name not in g.hosts:
-            g.hosts.append(name)
+        if len(self.hosts) > MAX_HOSTS:
+            raise InputError(source, f"more than {MAX_HOSTS} hosts; an inventory holds at most {MAX_HOSTS}", key_path)
+        self.groups[group].hosts[name] = None
         return host
+
+    def set_group_var(self, group: str, key: str, node: Node, key_path: str) -> None:
+        self.groups[group].vars[key] = _Var(node, key_path)
+
+    def set_host_var(self, host: str, key: str, node: Node, key_path: str) -> None:
+        self.hosts[host].vars[key] = _Var(node, key_path)
 
     def reconcile(self) -> None:
         """Top-level groups become children of ``all``; hosts with no group go to ``ungrouped``
@@ -127,9 +144,9 @@ class _Data:
         member = {n for g in self.groups.values() if g.name not in ("all", "ungrouped") for n in g.hosts}
         for name in self.hosts:
             if name in ungrouped.hosts and name in member:
-                ungrouped.hosts.remove(name)
+                del ungrouped.hosts[name]
             elif name not in ungrouped.hosts and name not in member:
-                ungrouped.hosts.append(name)
+                ungrouped.hosts[name] = None
 
     def walk(self, start: str) -> list[str]:
         """``start`` and its descendants, breadth first, each level in declaration order."""
@@ -148,12 +165,10 @@ class _Data:
         return ordered
 
     def group_hosts(self, name: str) -> list[str]:
-        out: list[str] = []
+        out: dict[str, None] = {}
         for g in self.walk(name):
-            for h in self.groups[g].hosts:
-                if h not in out:
-                    out.append(h)
-        return out
+            out.update(self.groups[g].hosts)
+        return list(out)
 
     def depth(self, name: str) -> int:
         """Longest path from ``all``, as Ansible keeps it."""
@@ -166,18 +181,39 @@ class _Data:
 # ---------------------------------------------------------------------------------------------
 
 
+MAX_HOSTS = 10_000  # per inventory: several times the largest fleet one launcher drives
+_NUMBER = re.compile(r"[0-9]{1,18}")
+
+
 def expand_range(pattern: str, source: Source | None = None, key_path: str = "") -> list[str]:
-    """``gpu[01:16]``, ``node[a:c]``, ``x[0:10:2]`` (several ranges allowed) → host names."""
-    if "[" not in pattern:
-        return [pattern]
+    """``gpu[01:16]``, ``node[a:c]``, ``x[0:10:2]`` (several ranges allowed) → host names; a
+    pattern naming more than :data:`MAX_HOSTS` hosts is refused before any name is made."""
 
     def bad(msg: str) -> InputError:
-        return InputError(source, f"host range {pattern!r}: {msg}", key_path)
+        return InputError(source, f"host range {show(pattern)}: {msg}", key_path)
 
-    head, _, rest = pattern.partition("[")
-    body, sep, tail = rest.partition("]")
-    if not sep:
-        raise bad("missing ']'")
+    texts: list[str] = []  # literal text before each range, then the text after the last
+    ranges: list[tuple[range | str, int]] = []  # numbers (and their zero-padded width) or letters
+    rest = pattern
+    while "[" in rest:
+        head, _, after = rest.partition("[")
+        body, sep, rest = after.partition("]")
+        if not sep:
+            raise bad("missing ']'")
+        texts.append(head)
+        ranges.append(_range_items(body, bad))
+    texts.append(rest)
+    count = math.prod(len(r) for r, _ in ranges)
+    if count > MAX_HOSTS:
+        raise bad(f"names {count} hosts; an inventory holds at most {MAX_HOSTS}")
+    if count == 0:
+        return []
+    items = [[str(i).zfill(width) for i in r] if isinstance(r, range) else list(r) for r, width in ranges]
+    return ["".join(t + i for t, i in zip(texts, (*chosen, ""))) for chosen in itertools.product(*items)]
+
+
+def _range_items(body: str, bad: Callable[[str], InputError]) -> tuple[range | str, int]:
+    """The items of one ``[begin:end(:step)]`` range (``body`` without the brackets)."""
     bounds = body.split(":")
     if len(bounds) not in (2, 3):
         raise bad("should be [begin:end] or [begin:end:step]")
@@ -185,33 +221,27 @@ def expand_range(pattern: str, source: Source | None = None, key_path: str = "")
     step_text = bounds[2] if len(bounds) == 3 else "1"
     if not end:
         raise bad("needs an end value")
-    if not step_text.isdigit() or int(step_text) < 1:
-        raise bad(f"step should be a positive integer, got {step_text!r}")
+    if not _NUMBER.fullmatch(step_text) or int(step_text) < 1:
+        raise bad(f"step should be a positive integer, got {show(step_text)}")
     step = int(step_text)
     width = len(beg) if beg[0] == "0" and len(beg) > 1 else 0
     if width and len(end) != width:
         raise bad("begin and end should have the same number of digits")
     letters = string.ascii_letters
-    items: list[str]
     if beg in letters and end in letters and len(beg) == 1 and len(end) == 1:
         if letters.index(beg) > letters.index(end):
             raise bad("begin should not be after end")
-        items = list(letters[letters.index(beg) : letters.index(end) + 1 : step])
-    elif beg.isdigit() and end.isdigit():
-        items = [str(i).zfill(width) for i in range(int(beg), int(end) + 1, step)]
-    else:
-        raise bad("bounds should be numbers or single letters")
-    out: list[str] = []
-    for item in items:
-        out.extend(expand_range(f"{head}{item}{tail}", source, key_path))
-    return out
+        return letters[letters.index(beg) : letters.index(end) + 1 : step], 0
+    if _NUMBER.fullmatch(beg) and _NUMBER.fullmatch(end):
+        return range(int(beg), int(end) + 1, step), width
+    raise bad("bounds should be numbers or single letters")
 
 
 def split_port(pattern: str) -> tuple[str, int | None]:
     """``host:2222`` → (host, 2222); brackets hold ranges or an IPv6 address; bare IPv6 has no port."""
     if pattern.startswith("[") and "]:" in pattern and ":" in pattern[1 : pattern.index("]")]:
         addr, _, port = pattern[1:].partition("]:")
-        return addr, int(port) if port.isdigit() else None
+        return addr, int(port) if _NUMBER.fullmatch(port) else None
     depth = 0
     colons: list[int] = []
     for i, ch in enumerate(pattern):
@@ -219,7 +249,7 @@ def split_port(pattern: str) -> tuple[str, int | None]:
         depth -= ch == "]"
         if ch == ":" and depth == 0:
             colons.append(i)
-    if len(colons) == 1 and pattern[colons[0] + 1 :].isdigit():
+    if len(colons) == 1 and _NUMBER.fullmatch(pattern[colons[0] + 1 :]):
         return pattern[: colons[0]], int(pattern[colons[0] + 1 :])
     return pattern, None
 
@@ -231,14 +261,14 @@ def split_port(pattern: str) -> tuple[str, int | None]:
 _GROUP_KEYS = ("hosts", "children", "vars")
 
 
-def _parse_yaml_inventory(node: Node, data: _Data) -> None:
+def _parse_yaml_inventory(node: Node, data: InventoryData) -> None:
     if not isinstance(node, Map):
         raise InputError(node.source, f"an inventory's top level should be a mapping of groups, got {describe(node)}")
     for knode, vnode in node.items:
         _yaml_group(data, knode, vnode, "")
 
 
-def _yaml_group(data: _Data, knode: Scalar, node: Node, parent_path: str) -> str:
+def _yaml_group(data: InventoryData, knode: Scalar, node: Node, parent_path: str) -> str:
     name = _name(knode, parent_path, "group")
     kp = join(parent_path, name)
     data.add_group(name)
@@ -310,8 +340,11 @@ _SECTION = re.compile(r"^\[([^:\]\s]+)(?::(\w+))?\]\s*(?:#.*)?$")
 _GROUPNAME = re.compile(r"^([^:\]\s]+)\s*(?:#.*)?$")
 
 
-def _ini_value(text: str) -> object:
-    """Ansible's INI typing: a Python literal when it is one, else the text."""
+def _ini_value(text: str, source: Source, key_path: str) -> object:
+    """Ansible's INI typing: a Python literal when it is one, else the text.  Longer than
+    :data:`MAX_SCALAR_CHARS`: refused (``ast`` would build it whole, per value)."""
+    if len(text) > MAX_SCALAR_CHARS:
+        raise InputError(source, f"a value of {len(text)} characters; fleet reads at most {MAX_SCALAR_CHARS}", key_path)
     try:
         value = ast.literal_eval(text)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
@@ -323,7 +356,7 @@ def _ini_value(text: str) -> object:
     return value
 
 
-def _parse_ini_inventory(text: str, path: str, data: _Data) -> None:
+def _parse_ini_inventory(text: str, path: str, data: InventoryData) -> None:
     groupname, state = "ungrouped", "hosts"
     pending: dict[str, tuple[str, Source, list[str]]] = {}  # group -> (state, where, parents)
     for lineno, raw in enumerate(text.splitlines(), start=1):
@@ -346,25 +379,25 @@ def _parse_ini_inventory(text: str, path: str, data: _Data) -> None:
                 _resolve_pending(data, groupname, pending)
             continue
         if line.startswith("[") and line.endswith("]"):
-            raise InputError(src, f"invalid section {line!r}: no spaces, and only [group], [group:vars] or [group:children]")
+            raise InputError(src, f"invalid section {show(line)}: no spaces, and only [group], [group:vars] or [group:children]")
         if state == "hosts":
             _ini_host_line(data, raw, line, src, groupname)
         elif state == "vars":
             if "=" not in line:
-                raise InputError(src, f"expected key=value, got {line!r}", f"{groupname}:vars")
+                raise InputError(src, f"expected key=value, got {show(line)}", f"{groupname}:vars")
             key, value = (p.strip() for p in line.split("=", 1))
             eq = raw.index("=")
             rest = raw[eq + 1 :]
             vsrc = Source(path=path, line=lineno, col=eq + 2 + len(rest) - len(rest.lstrip()))
             kp = f"{groupname}:vars/{key}"
             if key == "ansible_group_priority":
-                data.groups[groupname].priority = _priority(_ini_node(value, vsrc), kp)
+                data.groups[groupname].priority = _priority(_ini_node(value, vsrc, kp), kp)
             else:
-                data.groups[groupname].vars[key] = _Var(_ini_node(value, vsrc), kp)
+                data.groups[groupname].vars[key] = _Var(_ini_node(value, vsrc, kp), kp)
         else:
             cm = _GROUPNAME.match(line)
             if not cm:
-                raise InputError(src, f"expected a group name, got {line!r}", f"{groupname}:children")
+                raise InputError(src, f"expected a group name, got {show(line)}", f"{groupname}:children")
             child = cm.group(1)
             if child not in data.groups:
                 entry = pending.setdefault(child, ("children", src, []))
@@ -377,7 +410,7 @@ def _parse_ini_inventory(text: str, path: str, data: _Data) -> None:
         raise InputError(src, f"section [{parents[-1]}:children] names group {name!r}, which is never defined")
 
 
-def _resolve_pending(data: _Data, group: str, pending: dict[str, tuple[str, Source, list[str]]]) -> None:
+def _resolve_pending(data: InventoryData, group: str, pending: dict[str, tuple[str, Source, list[str]]]) -> None:
     kind, src, parents = pending.pop(group)
     if kind != "children":
         return
@@ -387,36 +420,36 @@ def _resolve_pending(data: _Data, group: str, pending: dict[str, tuple[str, Sour
             _resolve_pending(data, parent, pending)
 
 
-def _ini_node(text: str, source: Source) -> Node:
-    value = _ini_value(text)
+def _ini_node(text: str, source: Source, key_path: str) -> Node:
+    value = _ini_value(text, source, key_path)
     # Text that stayed text carries no type of its own: HostSpec may read '8' as 8.
     return from_plain(value, source, loose=isinstance(value, str))
 
 
-def _ini_host_line(data: _Data, raw: str, line: str, src: Source, group: str) -> None:
+def _ini_host_line(data: InventoryData, raw: str, line: str, src: Source, group: str) -> None:
     try:
         tokens = shlex.split(line, comments=True)
     except ValueError as err:
         raise InputError(src, f"cannot parse host line: {err}", group) from None
     pattern, port = split_port(tokens[0])
     if pattern.endswith(":") and port is None:
-        raise InputError(src, f"host {tokens[0]!r} ends in ':' (a port must follow)", group)
-    pairs: list[tuple[str, str, Source]] = []
+        raise InputError(src, f"host {show(tokens[0])} ends in ':' (a port must follow)", group)
+    pairs: list[tuple[str, Node]] = []
     search_from = raw.find(tokens[0]) + len(tokens[0])
     for token in tokens[1:]:
         if "=" not in token:
-            raise InputError(src, f"expected key=value after the host name, got {token!r}", f"{group}/{pattern}")
+            raise InputError(src, f"expected key=value after the host name, got {show(token)}", f"{group}/{pattern}")
         key, value = token.split("=", 1)
         at = raw.find(key + "=", search_from)
         if at >= 0:
             search_from = at + len(key) + 1
         col = at + len(key) + 2 if at >= 0 else src.col
-        pairs.append((key, value, Source(path=src.path, line=src.line, col=col)))
+        vsrc = Source(path=src.path, line=src.line, col=col)
+        pairs.append((key, from_plain(_ini_value(value, vsrc, f"{group}/{pattern}/{key}"), vsrc)))
     for name in expand_range(pattern, src, group):
         hkp = f"{group}/{name}"
         host = data.add_host(name, group, port, src, hkp)
-        for key, value, vsrc in pairs:
-            node = from_plain(_ini_value(value), vsrc)
+        for key, node in pairs:  # one node per line, shared by the hosts of a range
             host.vars[key] = _Var(node, f"{hkp}/{key}")
 
 
@@ -433,10 +466,13 @@ def _vars_files(base: Path, name: str) -> list[Path]:
     found: list[Path] = []
     for ext in _VARS_EXTENSIONS:
         p = base / f"{name}{ext}"
-        if p.is_dir():
-            found.extend(_dir_files(p))
-        elif p.is_file():
-            found.append(p)
+        try:
+            if p.is_dir():
+                found.extend(_dir_files(p))
+            elif p.is_file():
+                found.append(p)
+        except OSError:
+            continue  # e.g. a name too long for a file name: it has no vars file
     return found
 
 
@@ -473,29 +509,48 @@ def _load_vars_files(files: list[Path], base: Path, shown_base: Path) -> dict[st
 # ---------------------------------------------------------------------------------------------
 
 
-def load_inventory(path: Path | str) -> Inventory:
-    """Read an Ansible inventory file (YAML or INI, detected as Ansible does: by parsing)."""
-    p = Path(path)
-    shown = str(path)
+def load_inventory(path: Path | str, password: Password | None = None) -> Inventory:
+    """Read an Ansible inventory file (YAML or INI, detected as Ansible does: by parsing);
+    ``password`` decrypts the ``!vault`` values fleet reads (launcher/config/inventory_sources.py
+    reads directories, several sources, host lists and inventory scripts)."""
+    data = InventoryData()
+    parse_file(data, Path(path), str(path))
+    data.reconcile()
+    add_vars_dirs(data, Path(path).parent, Path(str(path)).parent)
+    return resolve(data, str(path), password)
+
+
+def parse_file(data: InventoryData, p: Path, shown: str) -> None:
+    """Add one YAML or INI inventory file to ``data`` (positions shown under ``shown``): YAML by
+    its suffix; a file without one is YAML when it parses as a YAML mapping, as Ansible's yaml
+    plugin takes it before the ini plugin (``hosts`` files are usually INI)."""
     text = read_text(p)
-    data = _Data()
     if p.suffix in (".yaml", ".yml", ".json"):
         node = parse_yaml(text, shown)
         if node is None:
             raise InputError(Source(path=shown, line=1, col=1), "inventory is empty")
         _parse_yaml_inventory(node, data)
-    else:
-        _parse_ini_inventory(text, shown, data)
-    data.reconcile()
-    base, shown_base = p.parent, Path(shown).parent
+        return
+    if not p.suffix:
+        try:
+            node = parse_yaml(text, shown)
+        except InputError:
+            node = None  # not YAML: INI
+        if isinstance(node, Map):
+            _parse_yaml_inventory(node, data)
+            return
+    _parse_ini_inventory(text, shown, data)
+
+
+def add_vars_dirs(data: InventoryData, base: Path, shown_base: Path) -> None:
+    """``group_vars/`` and ``host_vars/`` under ``base``, over those of earlier sources."""
     for name, g in data.groups.items():
-        g.file_vars = _load_vars_files(_vars_files(base / "group_vars", name), base, shown_base)
+        g.file_vars.update(_load_vars_files(_vars_files(base / "group_vars", name), base, shown_base))
     for name, h in data.hosts.items():
-        h.file_vars = _load_vars_files(_vars_files(base / "host_vars", name), base, shown_base)
-    return _resolve(data, shown)
+        h.file_vars.update(_load_vars_files(_vars_files(base / "host_vars", name), base, shown_base))
 
 
-def _merged_vars(data: _Data, host: _Host, order: list[str]) -> dict[str, _Var]:
+def _merged_vars(data: InventoryData, host: _Host, order: list[str]) -> dict[str, _Var]:
     groups = [g for g in order if g != "all"]
     merged: dict[str, _Var] = {}
     merged.update(data.groups["all"].vars)
@@ -509,14 +564,17 @@ def _merged_vars(data: _Data, host: _Host, order: list[str]) -> dict[str, _Var]:
     return merged
 
 
-def _resolve(data: _Data, path: str) -> Inventory:
+def resolve(data: InventoryData, path: str, password: Password | None = None) -> Inventory:
+    """Hosts, groups and merged vars of ``data`` (reconciled, vars files added), as Ansible
+    resolves them; fleet's own vars decrypted with ``password`` where they are ``!vault``."""
     all_order = data.group_hosts("all")
     position = {h: i for i, h in enumerate(all_order)}
     memberships: dict[str, set[str]] = {h: {"all"} for h in data.hosts}
     for gname, g in data.groups.items():
+        ancestors = data.ancestors(gname)
         for h in g.hosts:
             memberships[h].add(gname)
-            memberships[h].update(data.ancestors(gname))
+            memberships[h].update(ancestors)
     depth = {g: data.depth(g) for g in data.groups}
 
     def precedence(gname: str) -> tuple[int, int, str]:
@@ -527,21 +585,21 @@ def _resolve(data: _Data, path: str) -> Inventory:
     for name in all_order:
         host = data.hosts[name]
         merged[name] = _merged_vars(data, host, sorted(memberships[name], key=precedence))
-        specs[name] = _decode_spec(merged[name])
+        specs[name] = _decode_spec(_unvaulted(merged[name], password))
     hosts: list[Host] = []
     for name in all_order:
         entry = data.hosts[name]
-        mv = merged[name]
+        mv = _unvaulted(merged[name], password)
         hosts.append(
             Host(
                 name=name,
-                address=_opt(mv, "ansible_host", str) or name,
+                address=_address(mv, entry),
                 port=_port(mv),
-                user=_opt(mv, "ansible_user", str),
+                user=_checked(mv, "ansible_user", user_problem),
                 key_file=_opt(mv, "ansible_ssh_private_key_file", str),
-                ssh_common_args=_opt(mv, "ansible_ssh_common_args", str),
+                ssh_common_args=_checked(mv, "ansible_ssh_common_args", common_args_problem),
                 groups=tuple(sorted(memberships[name] - {"all"})),
-                vars=MappingProxyType({k: plain(v.node) for k, v in mv.items()}),
+                vars=MappingProxyType({k: plain(v.node) for k, v in merged[name].items()}),
                 spec=specs[name],
                 source=entry.source,
             )
@@ -558,11 +616,43 @@ def _resolve(data: _Data, path: str) -> Inventory:
     return Inventory(path=path, hosts=tuple(hosts), groups=MappingProxyType(groups))
 
 
+_CONNECTION_VARS = ("ansible_host", "ansible_port", "ansible_user", "ansible_ssh_private_key_file",
+                    "ansible_ssh_common_args")  # fmt: skip
+
+
+def _unvaulted(mv: dict[str, _Var], password: Password | None) -> dict[str, _Var]:
+    """``mv`` with the vars fleet reads decrypted; other vars (the operator's own secrets) stay
+    encrypted, as ``ansible-inventory --list`` shows them."""
+    out = dict(mv)
+    for key in (*_CONNECTION_VARS, *_SPEC_FIELDS):
+        var = mv.get(key)
+        if var is None or not isinstance(var.node, Scalar) or not isinstance(var.node.value, Vaulted):
+            continue
+        if password is None:
+            raise InputError(var.node.source, "is a !vault value: pass --vault-password-file FILE (or set "
+                             "FLEET_VAULT_PASSWORD_FILE) to decrypt it", var.key_path)  # fmt: skip
+        from launcher.config.vault import decrypt
+
+        text = decrypt(var.node.value, password, var.node.source, var.key_path)
+        out[key] = _Var(Scalar(value=text, source=var.node.source, loose=True), var.key_path)
+    return out
+
+
 def _opt(mv: dict[str, _Var], key: str, tp: type) -> Any:
     var = mv.get(key)
     if var is None:
         return None
     return decode(var.node, tp | None, var.key_path)
+
+
+# Fleet's numeric host vars, as the kernel and NCCL define them: (lowest, highest, what).
+_RANGES = {
+    "gpu_count": (0, 1024, "GPUs in one host"),
+    "gid_index": (0, 255, "an index into the HCA port's GID table"),
+    "mtu": (68, 65535, "the kernel's MTU range"),
+    "ib_tc": (0, 255, "NCCL_IB_TC, an 8-bit traffic class"),
+    "ib_sl": (0, 15, "NCCL_IB_SL, an InfiniBand service level"),
+}
 
 
 def _decode_spec(mv: dict[str, _Var]) -> HostSpec:
@@ -572,11 +662,11 @@ def _decode_spec(mv: dict[str, _Var]) -> HostSpec:
         # RoCE v2 GID indices differ between hosts: unset means "read this host's GID table".
         values["gid_index"] = "auto"
     spec = HostSpec(**values)
-    for name in ("gpu_count", "gid_index"):
+    for name, (low, high, what) in _RANGES.items():
         value = getattr(spec, name)
-        if isinstance(value, int) and value < 0:
+        if isinstance(value, int) and not low <= value <= high:
             var = mv[name]
-            raise InputError(var.node.source, f"should not be negative, got {value}", var.key_path)
+            raise InputError(var.node.source, f"should be {low}-{high} ({what}), got {show(value)}", var.key_path)
     if spec.data_ip is not None:
         try:
             ipaddress.ip_address(spec.data_ip)
@@ -584,6 +674,30 @@ def _decode_spec(mv: dict[str, _Var]) -> HostSpec:
             var = mv["data_ip"]
             raise InputError(var.node.source, f"should be an IP address, got {spec.data_ip!r}", var.key_path) from None
     return spec
+
+
+def _checked(mv: dict[str, _Var], key: str, problem: Callable[[str], str | None]) -> str | None:
+    """The string var ``key`` (None if unset), refused at its line when ``problem`` finds one."""
+    value: str | None = _opt(mv, key, str)
+    why = None if value is None else problem(value)
+    if why is not None:
+        var = mv[key]
+        raise InputError(var.node.source, f"should be {why}, got {show(value)}", var.key_path)
+    return value
+
+
+def _address(mv: dict[str, _Var], host: _Host) -> str:
+    """``ansible_host``, else the host's name (checked as a name in :meth:`_Data.add_host`):
+    either must be a hostname or an IP literal (see :mod:`launcher.addresses`: these reach
+    ssh_config's ``Match exec`` and rsync's command line)."""
+    address = _checked(mv, "ansible_host", address_problem)
+    if address is not None:
+        return address
+    why = address_problem(host.name)
+    if why is not None:
+        raise InputError(host.source, f"without ansible_host, the name should be {why}, got {show(host.name)}",
+                         host.key_path)  # fmt: skip
+    return host.name
 
 
 def _port(mv: dict[str, _Var]) -> int:

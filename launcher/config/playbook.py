@@ -78,6 +78,17 @@ def check_playbook(playbook: Playbook, node: Map, catalog: Catalog, inventory: I
             if placement.replicas < 1:
                 raise InputError(_at(node, f"{where}/replicas").source, "should be at least 1", f"{where}/replicas")
         select(inventory, placement.hosts, _at(node, f"{where}/hosts").source, f"{where}/hosts")
+    placed = {h.name for p in playbook.placement.values() for h in select(inventory, p.hosts)}
+    for role, placement in playbook.placement.items():
+        if placement.spares is None:
+            continue
+        where = f"placement/{role}/spares"
+        src = _at(node, where).source
+        if role not in REPLICATED:
+            raise InputError(src, f"spares are for engine roles ({', '.join(REPLICATED)}); {role!r} runs once", where)
+        taken = [h.name for h in select(inventory, placement.spares, src, where) if h.name in placed]
+        if taken:
+            raise InputError(src, f"{', '.join(taken)} already placed: spare hosts must be in no placement", where)
     missing = [r for r in required if r not in playbook.placement]
     if missing:
         raise InputError(
@@ -110,7 +121,7 @@ def check_playbook(playbook: Playbook, node: Map, catalog: Catalog, inventory: I
 def _check_bench(playbook: Playbook, node: Map, topology: Topology) -> None:
     """The ``bench`` section's values parse as ``fleet bench`` will read them; a bench gate only
     where rollouts go batch by batch (a PD deployment switches cohorts: not gated, docs/bench.md)."""
-    from launcher.bench.spec import MAX_CONCURRENCY, parse_shape, parse_slo
+    from launcher.config.benchspec import MAX_CONCURRENCY, parse_shape, parse_slo
 
     bench = playbook.bench
     for i, shape in enumerate(bench.shapes):

@@ -21,8 +21,10 @@ from types import MappingProxyType
 from typing import Any, Iterator, Mapping
 
 from launcher.config.schema import decode_as, did_you_mean, field_hints
+from launcher.config.settings import lookup
 from launcher.config.unitinputs import check_unit_inputs
-from launcher.config.yamlpos import Map, describe, find, parse_yaml, read_text
+from launcher.config.yamlpos import Map, Scalar, describe, find, parse_yaml, read_text
+from launcher.engines import registry
 from launcher.errors import InputError
 from launcher.model import Constraint, Parallelism, Recipe, Source
 
@@ -57,16 +59,38 @@ def default_root() -> Path:
     return packaged if packaged.is_dir() else packaged.parents[1] / "recipes"
 
 
+def layers() -> tuple[Path, ...]:
+    """The operator's recipe directories, layered over the catalog in this order (a recipe id
+    in a later one replaces the same id before it): ``fleet --recipes DIR`` (which the CLI puts
+    in ``FLEET_RECIPES``), else ``FLEET_RECIPES``, else the fleet config file's ``recipes``."""
+    found = lookup("recipes")
+    if found is None:
+        return ()
+    for d in found.values:
+        if not Path(d).is_dir():
+            raise InputError(None, f"{d}: recipe directory not found (from {found.origin})")
+    return tuple(Path(d) for d in found.values)
+
+
+def recipe_paths(root: Path | None = None) -> dict[str, Path]:
+    """Recipe id -> file: ``root`` alone when given, else the catalog (:func:`default_root`)
+    with the operator's :func:`layers` over it.  Nothing is parsed."""
+    roots = (root,) if root is not None else (default_root(), *layers())
+    paths: dict[str, Path] = {}
+    for base in roots:
+        if not base.is_dir():
+            raise InputError(None, f"{base}: recipe directory not found")
+        for family_dir in sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            for path in sorted(family_dir.glob("*.yaml")):
+                paths[f"{family_dir.name}/{path.stem}"] = path
+    return paths
+
+
 def load_catalog(root: Path | None = None) -> Catalog:
-    """Load and cross-check every recipe under ``root`` (default: $FLEET_RECIPES_DIR or the
-    repository's ``recipes/``)."""
+    """Load and cross-check every recipe under ``root`` (default: the catalog with the
+    operator's layers over it, see :func:`recipe_paths`)."""
     base = root if root is not None else default_root()
-    if not base.is_dir():
-        raise InputError(None, f"{base}: recipe directory not found")
-    loaded: list[tuple[Recipe, Map]] = []
-    for family_dir in sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        for path in sorted(family_dir.glob("*.yaml")):
-            loaded.append(load_recipe(path, family_dir.name))
+    loaded = [load_recipe(path, path.parent.name) for path in recipe_paths(root).values()]
     by_entry: dict[tuple[int, str], Recipe] = {}
     for recipe, node in loaded:
         other = by_entry.get((recipe.catalog_entry, recipe.engine))
@@ -121,14 +145,7 @@ def open_catalog(root: Path | None = None) -> Catalog:
     file.  The cross-recipe checks (unique ``catalog_entry``, ``report.baseline``) are
     :func:`load_catalog`'s, run by ``fleet recipes`` and the test suite."""
     base = root if root is not None else default_root()
-    if not base.is_dir():
-        raise InputError(None, f"{base}: recipe directory not found")
-    paths = {
-        f"{family_dir.name}/{path.stem}": path
-        for family_dir in sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith("."))
-        for path in sorted(family_dir.glob("*.yaml"))
-    }
-    return Catalog(root=str(base), recipes=_OnDemand(paths))
+    return Catalog(root=str(base), recipes=_OnDemand(recipe_paths(root)))
 
 
 def load_recipe(path: Path, family: str) -> tuple[Recipe, Map]:
@@ -154,9 +171,20 @@ def load_recipe(path: Path, family: str) -> tuple[Recipe, Map]:
                 knode.source, f"{key!r} comes from the path recipes/<family>/<variant>.yaml; remove it"
             )
     check_unit_inputs(node, ("env",))
+    _check_engine(node)
     recipe = decode_as(node, Recipe, given={"id": f"{family}/{variant}", "family": family})
     check_recipe(recipe, node)
     return recipe, node
+
+
+def _check_engine(node: Map) -> None:
+    """``engine`` names a registered engine (the decoder sees only a string)."""
+    found = find(node, "engine")
+    if found is None:
+        return  # the decoder reports the missing key
+    if not (isinstance(found, Scalar) and isinstance(found.value, str) and found.value in registry.names()):
+        known = ", ".join(repr(n) for n in registry.names())
+        raise InputError(found.source, f"should be one of {known}, got {describe(found)}", "engine")
 
 
 def _shown(path: Path) -> str:
@@ -212,6 +240,13 @@ def check_recipe(recipe: Recipe, node: Map) -> None:
                 "hardware/nodes",
             )
         _check_fit(recipe.parallelism, hw.gpus_per_node, hw.nodes, node, "parallelism")
+    if recipe.network == "bridge" and recipe.topology != "single":
+        raise InputError(
+            _at(node, "network"),
+            f"network 'bridge' is for single-node recipes: a {recipe.topology} recipe's ranks and transfers need "
+            "the host network",
+            "network",
+        )
     for i, constraint in enumerate(recipe.constraints):
         _check_constraint(constraint, f"constraints/{i}")
 
@@ -323,7 +358,7 @@ def parse_seed(seed_path: Path) -> tuple[SeedEntry, ...]:
 
 
 def _names_engine(entry: SeedEntry, engine: str) -> bool:
-    return {"sglang": "SGLang", "vllm": "vLLM", "vllm-ascend": "vllm-ascend"}[engine].lower() in entry.text.lower()
+    return registry.get(engine).label.lower() in entry.text.lower()
 
 
 def check_coverage(catalog: Catalog, seed_path: Path) -> tuple[str, ...]:

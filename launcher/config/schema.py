@@ -10,14 +10,17 @@ that therefore must not be written.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import difflib
+import importlib
 import types
 import typing
 from collections.abc import Mapping as AbcMapping
-from typing import Any, Literal, Mapping, TypeVar, Union
+from typing import Annotated, Any, Literal, Mapping, TypeVar, Union
 
 from launcher.config.yamlpos import Map, Node, Scalar, Seq, describe, plain, show
 from launcher.errors import InputError
+from launcher.model import OneOf
 
 T = TypeVar("T")
 
@@ -47,8 +50,29 @@ def decode_as(node: Node, cls: type[T], key_path: str = "", *, given: Mapping[st
     return result
 
 
-def field_hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+@functools.cache
+def field_hints(cls: type) -> Mapping[str, Any]:
+    """The resolved field types of a dataclass (cached: resolving them costs ~0.7 ms, once per
+    inventory host otherwise), a registry's name (:class:`~launcher.model.OneOf`) read as the
+    ``Literal`` of the names registered."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    return types.MappingProxyType({name: _registered(tp) for name, tp in hints.items()})
+
+
+def _registered(tp: Any) -> Any:
+    """``tp`` with every ``Annotated[str, OneOf(registry)]`` in it replaced by the ``Literal`` of
+    that registry's names (other annotations dropped, as without ``include_extras``)."""
+    origin, args = _origin(tp), typing.get_args(tp)
+    if origin is Annotated:
+        one = next((m for m in tp.__metadata__ if isinstance(m, OneOf)), None)
+        if one is None:
+            return _registered(args[0])
+        return Literal[tuple(importlib.import_module(one.registry).names())]
+    if origin in (Union, types.UnionType):
+        return Union[tuple(_registered(a) for a in args)]
+    if origin in (tuple, dict, AbcMapping):
+        return origin[tuple(_registered(a) if a is not Ellipsis else a for a in args)]
+    return tp
 
 
 def _dataclass(node: Node, cls: type, key_path: str, given: Mapping[str, object]) -> Any:
@@ -67,7 +91,7 @@ def _dataclass(node: Node, cls: type, key_path: str, given: Mapping[str, object]
         if key in given:
             raise InputError(knode.source, f"key {key!r} is set by fleet, not written in the file", key_path)
         if key not in fields:
-            raise InputError(knode.source, f"unknown key {key!r}{did_you_mean(key, writable)}", key_path)
+            raise InputError(knode.source, f"unknown key {show(key)}{did_you_mean(key, writable)}", key_path)
         values[key] = decode(vnode, hints[key], join(key_path, key))
     missing = [
         n

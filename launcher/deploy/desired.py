@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Sequence
 
-from launcher.errors import UsageError
+from launcher.limit import refuse_split
 from launcher.model import Plan, Unit
 from launcher.quoting import env_file
-from launcher.render import RenderedPlan, UnitCommands
+from launcher.render import RenderedPlan
+from launcher.runtimes.base import UnitCommands
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,15 +93,8 @@ def step_of(group: Sequence[Desired]) -> int:
 def limit(units: Sequence[Desired], hosts: Iterable[str]) -> tuple[Desired, ...]:
     """The units on ``hosts``; a group cut in two by the limit is refused (groups restart whole)."""
     keep = set(hosts)
-    chosen = tuple(d for d in units if d.host in keep)
-    for group, members in groups(units).items():
-        inside = {d.host for d in members if d.host in keep}
-        outside = sorted({d.host for d in members if d.host not in keep})
-        if inside and outside:
-            raise UsageError(
-                f"--limit splits group {group!r}: it also runs on {', '.join(outside)}; include those hosts"
-            )
-    return chosen
+    refuse_split(((d.unit.group, d.host) for d in units), keep)
+    return tuple(d for d in units if d.host in keep)
 
 
 def secrets_file(d: Desired, values: Mapping[str, str]) -> File | None:

@@ -31,18 +31,13 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 from launcher.deploy.desired import Desired
-from launcher.deploy.fan import each
-from launcher.deploy.remote import STEP_TIMEOUT_S, show
-from launcher.deploy.steps import (
-    FAILURE_LINES_READ,
-    Liveness,
-    failure_lines,
-    failure_logs_argv,
-    peer_lost,
-    run_liveness,
-)
+from launcher.execute.fanout import each
+from launcher.remote import STEP_TIMEOUT_S, show
+from launcher.deploy.steps import peer_lost
 from launcher.deploy.wait import Seen, run_wait
 from launcher.errors import FleetError
+from launcher.runtimes import registry as runtimes
+from launcher.runtimes.base import FAILURE_LINES_READ, Liveness
 from launcher.execute.transport import Transport
 from launcher.output import Event, Progress
 
@@ -224,8 +219,8 @@ def _deaths(t: Transport, units: Sequence[Desired], seen: Seen) -> list[tuple[_U
     """The units on ``t``'s host that were dead when last seen or are now (as last seen, if
     dead then), with their logs."""
     now: dict[str, Liveness] = {}
-    for runtime in ("docker", "systemd"):
-        now.update(run_liveness(t, runtime, [d.name for d in units if d.unit.runtime == runtime]))
+    for runtime in runtimes.runtimes():
+        now.update(runtime.run_liveness(t, [d.name for d in units if d.unit.runtime == runtime.name]))
     out = []
     for d in units:
         then = seen.live[d.name]
@@ -237,5 +232,6 @@ def _deaths(t: Transport, units: Sequence[Desired], seen: Seen) -> list[tuple[_U
 
 def _failure_log(t: Transport, died: _UnitDied, *, restarted: bool) -> _Log:
     d = died.desired
-    result = t.run(failure_logs_argv(d.unit.runtime, d.name, FAILURE_LINES_READ), timeout=STEP_TIMEOUT_S)
-    return failure_lines(d.unit.runtime, result.stdout_text, restarted)
+    runtime = runtimes.get(d.unit.runtime)
+    result = t.run(runtime.failure_logs_argv(d.name, FAILURE_LINES_READ), timeout=STEP_TIMEOUT_S)
+    return runtime.failure_lines(result.stdout_text, restarted)

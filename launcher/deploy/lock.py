@@ -1,15 +1,18 @@
-"""The per-host deploy lock: an atomic ``mkdir /run/lock/fleet/<deployment>`` with an
+"""The per-host deploy lock: an atomic ``mkdir /run/fleet/lock/<deployment>`` with an
 ``owner`` file (``who@control-host pid=N start=S time=T id=X``; ``S``: the process's start time,
 so a reused pid is not taken for the holder).
 
-It lives in ``/run/lock`` (the FHS place for lock files, a tmpfs): a lock guards a deploy that
-is running now, so a reboot of the host, which ends anything that deploy was doing there, also
-clears its lock.  ``/run/lock`` is world-writable (sticky), so another local user could create
-``/run/lock/fleet`` first and then swap what is inside it: the lock is taken only when
-``/run/lock/fleet`` (and a lock directory found there) is a real directory -- not a symlink --
-owned by the connecting user and writable by no one else; anything else is refused
-(:class:`UnsafeLockError`).  Inside such a directory only the connecting user can create
-entries, so what fleet writes there cannot be a symlink planted by someone else.
+It lives under ``/run`` (a tmpfs): a lock guards a deploy that is running now, so a reboot of
+the host, which ends anything that deploy was doing there, also clears its lock.  Only root can
+create entries in ``/run``, so no other local user can plant ``/run/fleet`` or a lock in it
+first (``/run/lock``, where it lived before, is world-writable: a user could block every deploy
+by creating ``/run/lock/fleet``, or make it a symlink that ``fleet unlock``'s ``rm -rf`` would
+follow).  Every script that writes or removes there checks the whole way first
+(``hostscripts/lock-safe.sh``): ``/run`` owned by root (others may write it only when it is
+sticky), and ``/run/fleet``, ``/run/fleet/lock`` and the lock directory real directories, not
+symlinks, owned by root or the connecting user and writable by no one else; anything else is
+refused (:class:`UnsafeLockError`: one line naming the path, and what to do).  A connecting
+user other than root needs root to make ``/run/fleet`` for it once per boot (said in one line).
 
 Contract: :func:`acquire` succeeds only if the directory did not exist; otherwise it raises
 :class:`LockedError` naming the holder.  :func:`release` removes the lock only while its owner
@@ -37,22 +40,25 @@ from typing import Literal, Sequence
 import psutil
 
 from launcher import hostscripts
-from launcher.deploy.remote import STEP_TIMEOUT_S, check, failure, sh, tail
+from launcher.remote import STEP_TIMEOUT_S, failure, sh, tail
 from launcher.errors import FleetError
 from launcher.execute.transport import Result, Transport
 
-LOCK_ROOT = "/run/lock/fleet"
+LOCK_ROOT = "/run/fleet/lock"
 
 _HELD = 75  # exit status of the acquire script when the lock exists (EX_TEMPFAIL)
-_UNSAFE = 77  # ... when the lock's directory could be changed by someone else (EX_NOPERM)
+_UNSAFE = 77  # ... when a path on the way could be changed by someone else (EX_NOPERM)
+_NO_ROOT = 73  # ... when LOCK_ROOT cannot be made: /run takes entries from root only (EX_CANTCREAT)
 
 _NO_FLOCK = 127
-# The scripts (launcher/hostscripts/lock-*.sh) say what each does and why.
-_ACQUIRE = hostscripts.text("lock-acquire.sh")
-_RELEASE = hostscripts.text("lock-release.sh")
-_BREAK = hostscripts.text("lock-break.sh")
-_SERIAL = hostscripts.text("lock-serial.sh")  # a start, under the lock and its step's fence
-_FENCE = hostscripts.text("lock-fence.sh")
+# The scripts (launcher/hostscripts/lock-*.sh) say what each does and why; each runs after
+# lock-safe.sh's path checks.
+_SAFE = hostscripts.text("lock-safe.sh")
+_ACQUIRE = _SAFE + hostscripts.text("lock-acquire.sh")
+_RELEASE = _SAFE + hostscripts.text("lock-release.sh")
+_BREAK = _SAFE + hostscripts.text("lock-break.sh")
+_SERIAL = _SAFE + hostscripts.text("lock-serial.sh")  # a start, under the lock and its step's fence
+_FENCE = _SAFE + hostscripts.text("lock-fence.sh")
 
 
 class LockedError(FleetError):
@@ -121,12 +127,19 @@ def acquired(result: Result, deployment: str) -> None:
     """Judges the answer to :func:`acquire_argv`: returns if the lock is now ours."""
     if result.exit_status == _HELD:
         raise LockedError(result.host, deployment, result.stdout_text.strip() or "(no owner file)")
-    if result.exit_status == _UNSAFE:
-        raise UnsafeLockError(result.host, tail(result.stderr_text, 1))
+    unsafe(result)
+    if result.exit_status == _NO_ROOT:
+        raise FleetError(f"{result.host}: {tail(result.stderr_text, 1)}")
     if result.exit_status == _NO_FLOCK and not result.stderr_text.strip():
         raise FleetError(f"{result.host}: flock not found (util-linux): fleet needs it on every host it deploys to")
     if not result.ok:
         raise failure(result, f"mkdir {lock_dir(deployment)}")
+
+
+def unsafe(result: Result) -> None:
+    """Raises :class:`UnsafeLockError` when a lock script refused a path (lock-safe.sh)."""
+    if result.exit_status == _UNSAFE:
+        raise UnsafeLockError(result.host, tail(result.stderr_text, 1))
 
 
 def acquire(shell: Transport, deployment: str, owner: str) -> None:
@@ -134,7 +147,10 @@ def acquire(shell: Transport, deployment: str, owner: str) -> None:
 
 
 def release(shell: Transport, deployment: str, owner: str) -> None:
-    check(shell, sh(_RELEASE, lock_dir(deployment), owner), label=f"rm -rf {lock_dir(deployment)}")
+    result = shell.run(sh(_RELEASE, lock_dir(deployment), owner), timeout=STEP_TIMEOUT_S)
+    unsafe(result)
+    if not result.ok:
+        raise failure(result, f"rm -rf {lock_dir(deployment)}")
 
 
 SERIAL_WAIT_S = 90  # for another start holding the flock; below the caller's step timeout
@@ -156,5 +172,8 @@ def fence_argv(deployment: str, step: str, wait_s: float) -> tuple[str, ...]:
 
 def break_lock(shell: Transport, deployment: str) -> str | None:
     """Removes the lock whoever holds it; returns the previous owner line (None: no lock)."""
-    out = check(shell, break_argv(deployment), label=f"rm -rf {lock_dir(deployment)}")
-    return out.strip() or None
+    result = shell.run(break_argv(deployment), timeout=STEP_TIMEOUT_S)
+    unsafe(result)
+    if not result.ok:
+        raise failure(result, f"rm -rf {lock_dir(deployment)}")
+    return result.stdout_text.strip() or None

@@ -7,7 +7,7 @@ manifest, so the next ``up`` redeploys that unit rather than trusting it).
 
 The manifest is world-readable (0644), so it holds nothing derived from a secret: whether secret
 values changed is judged from the 0600 secrets file itself (see :mod:`launcher.deploy.survey`).
-The ``secrets_digest`` older fleet versions wrote is accepted and dropped on reading (and
+A manifest without ``playbook`` (older fleet) is read with it empty.  The ``secrets_digest`` older fleet versions wrote is accepted and dropped on reading (and
 rewritten away by the next run that holds the deploy lock: :mod:`launcher.deploy.session`).
 """
 
@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from launcher.model import Runtime
+from launcher.runtimes import registry as runtimes
 
 MANIFEST = "manifest.json"
 
@@ -38,6 +39,9 @@ class Manifest:
     deployed_by: str
     deployed_at: str  # UTC, ISO 8601
     files: tuple[str, ...]  # every path this unit owns on the host (secrets.env included)
+    # The playbook that owns the deployment here: "<absolute path> sha256:<16 hex of its text>"
+    # ("" : written by an older fleet, or from a recipe id); see launcher/deploy/owner.py.
+    playbook: str = ""
 
 
 LEGACY_KEY = "secrets_digest"  # a salted HMAC of the secrets file, written by fleet before 2026-12
@@ -53,7 +57,7 @@ def parse(text: str) -> Manifest | None:
     except ValueError:
         return None
     names = {f.name for f in fields(Manifest)}
-    if not isinstance(raw, dict) or set(raw) - {LEGACY_KEY} != names:
+    if not isinstance(raw, dict) or not names - {"playbook"} <= set(raw) - {LEGACY_KEY} <= names:
         return None
     raw.pop(LEGACY_KEY, None)
     try:
@@ -62,10 +66,11 @@ def parse(text: str) -> Manifest | None:
     except TypeError:
         return None
     types_ok = (
-        all(isinstance(getattr(m, n), str) for n in ("deployment", "unit", "host", "group", "role", "render_hash"))
+        all(isinstance(getattr(m, n), str)
+            for n in ("deployment", "unit", "host", "group", "role", "render_hash", "playbook"))
         and isinstance(m.rank, int)
         and isinstance(m.generation, int)
-        and m.runtime in ("docker", "systemd")
+        and m.runtime in runtimes.names()
         and all(isinstance(f, str) for f in m.files)
     )
     return m if types_ok else None

@@ -17,25 +17,30 @@ when any rank's render hash or secret values changed or any rank is not running.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Literal, Mapping, Sequence
 
-from launcher.deploy import lock
+from launcher.deploy import crossing, lock
+from launcher.deploy.crossing import Crossing
 from launcher.deploy.desired import File, secrets_file
 from launcher.deploy.diff import file_diff
-from launcher.deploy.fan import first_error
+from launcher.execute.fanout import first_error
 from launcher.deploy.manifest import Manifest
-from launcher.deploy.remote import check
+from launcher.remote import check
 from launcher.deploy.session import Connect, Connections, DeploySession, Target, stop_wave
-from launcher.deploy.steps import ensure_image, parse_files, read_files_argv
+from launcher.deploy.owner import OwnerConflict
+from launcher.deploy.steps import parse_files, read_files_argv
+from launcher.runtimes.container import ensure_image
 from launcher.deploy.survey import Decision, GroupChange, Survey, decide, next_generation
 from launcher.errors import ExitCode, FleetError
 from launcher.execute.transport import Transport
 from launcher.output import Event, Progress, QuietProgress, mask
 from launcher.render import MANIFEST_FILE, SECRETS_FILE
 
-Action = Literal["unchanged", "start", "restart", "remove"]
-Outcome = Literal["unchanged", "healthy", "removed", "failed", "skipped", "planned"]
+Action = Literal["unchanged", "start", "restart", "remove", "unknown"]
+# "unreachable" / "unknown": --check could not read the unit's host / could not judge the unit
+# (a host of its group unreachable, a secret this control host cannot read).
+Outcome = Literal["unchanged", "healthy", "removed", "failed", "skipped", "planned", "unreachable", "unknown"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,6 +50,8 @@ class Options:
     diff: bool = False
     timeout_s: float | None = None  # overrides every unit's health deadline
     break_lock: bool = False
+    # --check: secrets this control host cannot read (name -> why); their units' change is unknown
+    unknown_secrets: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,12 +71,13 @@ class Report:
     units: tuple[UnitReport, ...]
     errors: tuple[str, ...] = ()  # one line each, masked
     diff: str = ""
+    crossing: Crossing | None = None  # the PD canary's verdict (see launcher/deploy/crossing.py)
 
     @property
     def exit_code(self) -> ExitCode:
         if not self.errors:
             return ExitCode.OK
-        fine = any(u.outcome in ("healthy", "unchanged", "removed") for u in self.units)
+        fine = any(u.outcome in ("healthy", "unchanged", "removed", "planned") for u in self.units)
         return ExitCode.PARTIAL if fine else ExitCode.FAILED
 
 
@@ -79,20 +87,46 @@ class Report:
 
 def up(target: Target, connect: Connect, options: Options, progress: Progress = QuietProgress()) -> Report:
     with DeploySession(target, connect, forks=options.forks, progress=progress, timeout_s=options.timeout_s) as session:
-        session.require_all()
         if options.check:
             return _check(session, options)
+        session.require_all()
         report = _apply(session, session.lock_and_survey(force=options.break_lock, images=True))
     return session.reported(report)
 
 
+def survey_reachable(session: DeploySession) -> tuple[dict[str, Survey], dict[str, str]]:
+    """``--check``'s reading: every host that answers is surveyed (no lock, nothing written);
+    returns the surveys and, per host that could not be connected or surveyed, its one-line
+    error.  Unknown or changed host keys, and a refusal (bad input: the deployment belongs to
+    another playbook there), still stop everything."""
+    session.refuse_bad_keys()
+    results = session.survey_each(sorted(session.transports))
+    for err in results.values():
+        if isinstance(err, OwnerConflict) or (isinstance(err, FleetError) and err.exit_code == ExitCode.BAD_INPUT):
+            raise err
+    surveys = {h: s for h, s in results.items() if isinstance(s, Survey)}
+    failed = {h: str(e) for h, e in (*session.errors.items(), *results.items()) if isinstance(e, FleetError)}
+    return surveys, dict(sorted(failed.items()))
+
+
 def _check(session: DeploySession, options: Options) -> Report:
-    """``--check``: what ``up`` would do, and with ``--diff`` every file that would change.
-    Read operations only."""
+    """``--check``: what ``up`` would do on every host that answers, and with ``--diff`` every
+    file that would change there.  Read operations only.  A group with a host that does not
+    answer is ``unknown`` (its units there ``unreachable``), as is an unchanged group whose
+    secrets this control host cannot read; every unreachable host is one error line."""
     target = session.target
-    surveys = session.survey()
-    decision = decide(target.units, surveys, target.secrets)
-    flat = [r for g in decision.groups for r in _planned(g)]
+    surveys, failed = survey_reachable(session)
+    blind = {d.unit.group for d in target.units if d.host in failed}
+    decision = decide([d for d in target.units if d.unit.group not in blind], surveys, target.secrets)
+    by_key = {(r.host, r.unit): r for g in decision.groups for r in _planned(g, options.unknown_secrets)}
+    for d in target.units:
+        if d.unit.group in blind:
+            why = failed[d.host] if d.host in failed else "its group also runs on a host that did not answer"
+            by_key[(d.host, d.name)] = UnitReport(
+                host=d.host, unit=d.name, group=d.unit.group, action="unknown",
+                outcome="unreachable" if d.host in failed else "unknown", reason=why.removeprefix(d.host + ": "),
+            )  # fmt: skip
+    flat = [by_key[(d.host, d.name)] for d in target.units]
     flat += [
         UnitReport(host=m.host, unit=m.unit, group=m.group, action="remove", outcome="planned", reason="not in the plan")
         for m in decision.orphans
@@ -100,10 +134,16 @@ def _check(session: DeploySession, options: Options) -> Report:
     text = ""
     if options.diff:
         text = _diffs(target, session, decision, surveys)
-    return Report(units=tuple(flat), diff=text)
+    return Report(units=tuple(flat), errors=tuple(failed.values()), diff=text)
 
 
-def _planned(g: GroupChange) -> list[UnitReport]:
+def _planned(g: GroupChange, unknown_secrets: Mapping[str, str] | None = None) -> list[UnitReport]:
+    """The group's units as ``decide`` left them; ``unknown_secrets`` (``--check``): an
+    unchanged group using one of them might still change (its secrets file cannot be compared)."""
+    unreadable = [why for d in g.units for ref in d.unit.secrets if (why := (unknown_secrets or {}).get(ref.name))]
+    if g.action == "unchanged" and unreadable:
+        return [UnitReport(host=d.host, unit=d.name, group=g.group, action="unknown", outcome="unknown",
+                           reason=f"would change: unknown ({unreadable[0]})") for d in g.units]  # fmt: skip
     return [
         UnitReport(
             host=d.host,
@@ -120,10 +160,13 @@ def _planned(g: GroupChange) -> list[UnitReport]:
 def _diffs(target: Target, session: DeploySession, decision: Decision, surveys: Mapping[str, Survey]) -> str:
     wanted: dict[str, list[File]] = {}
     old_paths: dict[str, set[str]] = {}
+    unknown: set[tuple[str, str]] = set()  # secrets files whose values this control host cannot read
     for g in decision.changing:
         for d in g.units:
             files = list(d.files)
-            sf = secrets_file(d, target.secrets)
+            if not all(ref.name in target.secrets for ref in d.unit.secrets):
+                unknown.add((d.host, d.secrets_path))
+            sf = None if (d.host, d.secrets_path) in unknown else secrets_file(d, target.secrets)
             if sf is not None:
                 files.append(sf)
             wanted.setdefault(d.host, []).extend(files)
@@ -137,7 +180,7 @@ def _diffs(target: Target, session: DeploySession, decision: Decision, surveys: 
         paths = sorted({f.path for f in wanted.get(h, [])} | old_paths.get(h, set()))
         return parse_files(check(t, read_files_argv(paths), label="read current files")) if paths else {}
 
-    current = session.run(hosts, read)
+    current = session.run(hosts, read, "read")
     err = first_error(current)
     if err is not None:
         raise err
@@ -148,8 +191,8 @@ def _diffs(target: Target, session: DeploySession, decision: Decision, surveys: 
         assert isinstance(now, dict)
         new = {f.path: f.content for f in wanted.get(h, [])}
         for path in sorted(set(new) | old_paths.get(h, set())):
-            if path.endswith("/" + MANIFEST_FILE):
-                continue  # fleet's own record, rewritten by every deploy
+            if path.endswith("/" + MANIFEST_FILE) or (h, path) in unknown:
+                continue  # fleet's own record, rewritten by every deploy; a secrets file it cannot judge
             is_secret = path.endswith("/" + SECRETS_FILE)
             chunks.append(file_diff(h, path, now.get(path), new.get(path), secrets, secrets_file=is_secret))
     return "".join(chunks)
@@ -213,10 +256,29 @@ def _apply(session: DeploySession, surveys: Mapping[str, Survey]) -> Report:
                     reports[v.culprit] = replace(reports[v.culprit], detail=mask(v.detail, secrets))
         if any(not verdicts[g.group].healthy for g in batch):
             stopped_line = True
+    canary = None
+    if crossing.applies(target.units):
+        # Healthy ranks are not a healthy PD deployment until a request crosses it; a prefill
+        # whose decode failed (or the reverse) serves nothing either.  Either way what this run
+        # started is torn down.
+        started = [g for g in ok_groups if all(reports[(d.host, d.name)].outcome == "healthy" for d in g.units)]
+        if not errors:
+            progress.note("PD canary: one request through the router, the KV transfer read on the decode")
+            canary = crossing.cross(session.transports, target.units)
+            progress.note(canary.evidence() if canary.ok else canary.error)
+        if errors or (canary is not None and not canary.ok):
+            session.tear_down(started)
+            if canary is not None and not canary.ok:
+                fail([(d.host, d.name) for g in started for d in g.units], canary.error)
+            else:
+                for g in started:
+                    for d in g.units:
+                        reports[(d.host, d.name)] = replace(reports[(d.host, d.name)], outcome="failed",
+                                                            reason="torn down: the PD deployment failed")  # fmt: skip
     ordered = [reports[(d.host, d.name)] for d in target.units] + [
         r for k, r in reports.items() if r.action == "remove"
     ]
-    return Report(units=tuple(ordered), errors=tuple(errors))
+    return Report(units=tuple(ordered), errors=tuple(errors), crossing=canary)
 
 
 def _gen(surveys: Mapping[str, Survey], host: str, unit: str) -> int | None:
@@ -247,7 +309,7 @@ def _pull(
                 done[image] = "present" if surveys[h].images.get(image) else ensure_image(t, image)
             progress.update(Event(host=h, unit=unit, state="image " + done[image]))
 
-    return session.run(sorted(images), pull)
+    return session.run(sorted(images), pull, "pull")
 
 
 def _remove_orphans(session: DeploySession, orphans: Sequence[Manifest]) -> dict[Manifest, object | FleetError]:
@@ -269,7 +331,10 @@ def down(
     engines and Mooncake last.  Keeps images, caches, weights and each unit's last files in
     ``prev/`` (``keep_prev`` false: ``prev/`` keeps what it held -- for removing a generation
     that never served, so a later rollback does not bring it back); removes the current files,
-    the manifest and the secrets file."""
+    the manifest and the secrets file.  ``options.check``: what it would remove (see
+    :func:`_down_check`)."""
+    if options.check:
+        return _down_check(target, connect, options)
     with DeploySession(target, connect, forks=options.forks, progress=progress) as session:
         session.require_all()
         surveys = session.lock_and_survey(force=options.break_lock, images=False)
@@ -293,11 +358,31 @@ def down(
     return session.reported(Report(units=tuple(reports), errors=tuple(errors)))
 
 
+def _down_check(target: Target, connect: Connect, options: Options) -> Report:
+    """``down --check``: every unit of the deployment found on the hosts that answer (what
+    ``down`` would stop and remove); the planned units of each host that does not answer are
+    ``unreachable``, one error line per such host.  Read operations only."""
+    with DeploySession(target, connect, forks=options.forks) as session:
+        surveys, failed = survey_reachable(session)
+    reports = [
+        UnitReport(host=h.name, unit=m.unit, group=m.group, action="remove", outcome="planned",
+                   reason="would stop and remove", generation=m.generation)
+        for h in target.hosts if h.name in surveys
+        for m in sorted(surveys[h.name].manifests.values(), key=lambda m: m.unit)
+    ]  # fmt: skip
+    reports += [
+        UnitReport(host=d.host, unit=d.name, group=d.unit.group, action="unknown", outcome="unreachable",
+                   reason=failed[d.host].removeprefix(d.host + ": "))
+        for d in target.units if d.host in failed
+    ]  # fmt: skip
+    return Report(units=tuple(reports), errors=tuple(failed.values()))
+
+
 def unlock(target: Target, connect: Connect, forks: int = 8) -> dict[str, str | None]:
     """Breaks the deploy lock on every host; returns the previous owner per host (None: none)."""
     with Connections(target.hosts, connect, forks) as session:
         session.require_all()
-        results = session.run(sorted(session.transports), lambda h, t: lock.break_lock(t, target.deployment))
+        results = session.run(sorted(session.transports), lambda h, t: lock.break_lock(t, target.deployment), "unlock")
         err = first_error(results)
         if err is not None:
             raise err

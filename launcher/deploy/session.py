@@ -31,12 +31,14 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Mapping, Protocol, Sequence, TypeVar
 
+from launcher import stephook
 from launcher.deploy import lock
 from launcher.deploy.desired import Desired, secrets_file
-from launcher.deploy.fan import each, first_error
+from launcher.execute.fanout import each, first_error, precheck
 from launcher.deploy.health import Verdict, gate
 from launcher.deploy.manifest import Manifest, dumps
-from launcher.deploy.remote import STEP_TIMEOUT_S, check, failure, show
+from launcher.deploy.owner import OwnerConflict, conflict
+from launcher.remote import STEP_TIMEOUT_S, check, failure, show
 from launcher.deploy.steps import manifest_path, remove_argv, rotate_argv
 from launcher.deploy.survey import GroupChange, Survey, SurveyAsk, deployment_dir, missing, next_generation, survey_host
 from launcher.errors import FleetError, HostKeyError, UnreachableError
@@ -45,7 +47,8 @@ from launcher.execute.files import Put, Step, run_batch, write_files
 from launcher.execute.transport import Result, Transport
 from launcher.model import Host, Runtime
 from launcher.output import Event, Progress, QuietProgress, mask
-from launcher.render import STOP_TIMEOUT_S, hold_argv, unit_commands
+from launcher.render import STOP_TIMEOUT_S
+from launcher.runtimes import registry as runtimes
 
 Connect = Callable[[Host], Transport]
 
@@ -60,6 +63,10 @@ class Target:
     units: tuple[Desired, ...]
     secrets: Mapping[str, str] = field(default_factory=dict)  # resolved on the control node
     unlock_command: str = "fleet unlock PLAYBOOK -i INVENTORY"  # what clears its lock, as the operator types it
+    # The playbook that owns it (launcher/deploy/owner.py); "" checks and records nothing (down,
+    # restart, status).  ``take_over``: a deployment another playbook owns becomes this one's.
+    owner: str = ""
+    take_over: bool = False
 
 
 class _Reported(Protocol):
@@ -100,7 +107,9 @@ class Connections:
 
     def __init__(self, hosts: Sequence[Host], connect: Connect, forks: int) -> None:
         self.forks = forks
+        precheck(connect, hosts)
         by_name = {h.name: h for h in hosts}
+        stephook.reached("connect", sorted(by_name))
         results = each(sorted(by_name), lambda n: connect(by_name[n]), forks)
         self.transports: dict[str, Transport] = {
             n: t for n, t in results.items() if not isinstance(t, FleetError)
@@ -130,7 +139,11 @@ class Connections:
             more = f" (and {len(self.errors) - 1} more hosts)" if len(self.errors) > 1 else ""
             raise UnreachableError(host, f"{err.reason if isinstance(err, UnreachableError) else err}{more}")
 
-    def run(self, hosts: Sequence[str], fn: Callable[[str, Transport], object]) -> dict[str, object | FleetError]:
+    def run(self, hosts: Sequence[str], fn: Callable[[str, Transport], object], step: str = "") -> dict[str, object | FleetError]:
+        """``fn`` on each of ``hosts`` at once; each host's outcome.  ``step`` names the step for
+        the operator's step hook (:mod:`launcher.stephook`), run first."""
+        if step:
+            stephook.reached(step, hosts)
         return each(list(hosts), lambda h: fn(h, self.transports[h]), self.forks)
 
 
@@ -147,8 +160,8 @@ def stop_wave(rank: int) -> int:
 
 def hold(t: Transport, units: Sequence[tuple[Runtime, str]]) -> None:
     """No automatic restarts for these units from now on (they are about to stop); best effort."""
-    for rt in ("docker", "systemd"):
-        argv = hold_argv(rt, [name for r, name in units if r == rt])
+    for rt in runtimes.runtimes():
+        argv = rt.hold_argv([name for r, name in units if r == rt.name])
         if argv is not None:
             t.run(argv, timeout=STEP_TIMEOUT_S)
 
@@ -158,7 +171,7 @@ def retire(t: Transport, m: Manifest, keep_prev: bool = True) -> None:
     ``keep_prev`` is false (what ``prev/`` held stays).  One round trip."""
     unit_dir = f"{deployment_dir(m.deployment)}/{m.unit}"
     steps = (
-        Step(argv=unit_commands(m.unit, m.runtime, unit_dir).remove(STOP_TIMEOUT_S), label=f"stop {m.unit}"),
+        Step(argv=runtimes.get(m.runtime).commands(m.unit, unit_dir).remove(STOP_TIMEOUT_S), label=f"stop {m.unit}"),
         *((Step(argv=rotate_argv(unit_dir, m.files), label=f"keep {unit_dir}/prev"),) if keep_prev else ()),
         Step(argv=remove_argv((*m.files, manifest_path(unit_dir))), label=f"rm {unit_dir}/*"),
     )
@@ -197,7 +210,7 @@ class DeploySession(Connections):
 
     def __exit__(self, *exc: object) -> None:
         try:
-            results = self.run(self._held, self._release)
+            results = self.run(self._held, self._release, "release")
         finally:
             self.close()
         where = lock.lock_dir(self.target.deployment)
@@ -227,10 +240,10 @@ class DeploySession(Connections):
             self._taken(t, t.run(lock.acquire_argv(dep, self.owner), timeout=STEP_TIMEOUT_S))
 
         with on_interrupt(self._release_everywhere):
-            results = self.run(self.hosts, take)
+            results = self.run(self.hosts, take, "lock")
         err = first_error(results)
         if err is not None:
-            self.run([h for h, r in results.items() if not isinstance(r, FleetError)], self._release)
+            self.run([h for h, r in results.items() if not isinstance(r, FleetError)], self._release, "release")
             raise err
         self._held = self.hosts
 
@@ -247,20 +260,21 @@ class DeploySession(Connections):
             steps.append(Step(argv=lock.acquire_argv(dep, self.owner), label=f"mkdir {lock.lock_dir(dep)}"))
             results = run_batch(t, [*steps, *ask.steps(dep)], timeout=STEP_TIMEOUT_S)
             if force and not results[0].ok:
+                lock.unsafe(results[0])
                 raise failure(results[0], results[0].command)
             if self._taken(t, results[len(steps) - 1]):  # the batch stopped at the refused acquire
                 results = (*results, *run_batch(t, ask.steps(dep), timeout=STEP_TIMEOUT_S))
             taken.add(h)
-            return self._scrubbed(t, ask.survey(t, dep, results[len(steps):]))
+            return self._judged(t, ask.survey(t, dep, results[len(steps):]))
 
         with on_interrupt(self._release_everywhere):
-            results = self.run(self.hosts, one)
+            results = self.run(self.hosts, one, "lock")
         errors = {h: r for h, r in results.items() if isinstance(r, FleetError)}
         if errors:
-            self.run(sorted(taken), self._release)
+            self.run(sorted(taken), self._release, "release")
             raise next((e for h, e in errors.items() if h not in taken), next(iter(errors.values())))
         self._held = self.hosts
-        return {h: s for h, s in results.items() if isinstance(s, Survey)}
+        return self._scrubbed({h: s for h, s in results.items() if isinstance(s, Survey)})
 
     def _taken(self, t: Transport, result: Result) -> bool:
         """Judges the answer to the lock's acquire; a lock whose holder is provably dead (see
@@ -284,30 +298,63 @@ class DeploySession(Connections):
         """Ctrl-C while locks are being taken: which hosts hold ours is unknown (a lock may be
         taken before its answer arrives), so release everywhere -- release only removes a lock
         that is ours."""
-        self.run(self.hosts, self._release)
+        self.run(self.hosts, self._release, "release")
 
-    def _scrubbed(self, t: Transport, survey: Survey) -> Survey:
-        """Rewrites, without it, each manifest an older fleet left with a secrets digest in it
-        (0644: any local user could check guesses of the secret against it); only while this
-        run holds the lock (``--check`` writes nothing).  One round trip, only when there are any."""
-        ddir = deployment_dir(self.target.deployment)
-        puts = [Put(path=manifest_path(f"{ddir}/{u}"), data=dumps(survey.manifests[u]).encode(), mode=0o644)
-                for u in survey.legacy]
-        if puts:
-            write_files(t, puts)
-        return replace(survey, legacy=())
+    def _judged(self, t: Transport, survey: Survey) -> Survey:
+        """``survey``, unless another playbook's units on this host would be removed or run
+        another recipe (refused unless taking it over: :mod:`launcher.deploy.owner`)."""
+        planned = {d.name for d in self.target.units if d.host == t.host}
+        refused = None if self.target.take_over else conflict(
+            t.host, self.target.deployment, self.target.owner, self.target.recipe, planned, survey.manifests.values())
+        if refused is not None:
+            raise refused
+        return survey
+
+    def _scrubbed(self, surveys: dict[str, Survey]) -> dict[str, Survey]:
+        """Once every host's survey passed (so a refusal anywhere changed nothing anywhere), and
+        only while this run holds the lock (``--check`` writes nothing): rewrites each manifest
+        an older fleet left with a secrets digest in it (0644: any local user could check guesses
+        of the secret against it) and, for ``up``, each manifest naming another owner or none,
+        naming this playbook (and its recipe).  One round trip per host that has any."""
+        owner, ddir = self.target.owner, deployment_dir(self.target.deployment)
+
+        def one(h: str, t: Transport) -> Survey:
+            survey = surveys[h]
+            claim = {u for u, m in survey.manifests.items() if owner and m.playbook != owner}
+            manifests = {u: replace(m, playbook=owner, recipe=self.target.recipe) if u in claim else m
+                         for u, m in survey.manifests.items()}  # fmt: skip
+            puts = [Put(path=manifest_path(f"{ddir}/{u}"), data=dumps(manifests[u]).encode(), mode=0o644)
+                    for u in sorted(set(survey.legacy) | claim)]
+            if puts:
+                write_files(t, puts)
+            return replace(survey, manifests=manifests, legacy=())
+
+        held = set(self._held)
+        results = self.run([h for h in surveys if h in held], one, "record")
+        err = first_error(results)
+        if err is not None:
+            raise err
+        return {h: s for h, s in results.items() if isinstance(s, Survey)} | {
+            h: s for h, s in surveys.items() if h not in held}
+
+    def survey_each(self, hosts: Sequence[str], units: Sequence[Desired] | None = None) -> dict[str, object]:
+        """What each of ``hosts`` runs of ``units`` (default: the target's): its
+        :class:`Survey`, or the :class:`FleetError` that host ended with.  Manifests are
+        rewritten (:meth:`_scrubbed`) only when no host was refused."""
+        planned = self.target.units if units is None else units
+        dep = self.target.deployment
+
+        def one(h: str, t: Transport) -> Survey:
+            return self._judged(t, survey_host(t, h, dep, planned))
+        results = self.run(hosts, one, "survey")
+        if any(isinstance(r, OwnerConflict) for r in results.values()):
+            return results
+        return results | self._scrubbed({h: s for h, s in results.items() if isinstance(s, Survey)})
 
     def survey(self, hosts: Sequence[str] | None = None, units: Sequence[Desired] | None = None) -> dict[str, Survey]:
         """What ``hosts`` (default: all) run of ``units`` (default: the target's); the first
         error raises."""
-        planned = self.target.units if units is None else units
-        dep = self.target.deployment
-        held = set(self._held)
-
-        def one(h: str, t: Transport) -> Survey:
-            found = survey_host(t, h, dep, planned)
-            return self._scrubbed(t, found) if h in held else found
-        results = self.run(self.hosts if hosts is None else hosts, one)
+        results = self.survey_each(self.hosts if hosts is None else hosts, units)
         err = first_error(results)
         if err is not None:
             raise err
@@ -319,11 +366,13 @@ class DeploySession(Connections):
         """``(host, runtime, unit)``: no automatic restarts of those from now on (see :func:`hold`)."""
         by_host: dict[str, list[tuple[Runtime, str]]] = {}
         for h, rt, name in units:
-            by_host.setdefault(h, []).append((rt, name))
-        self.run(sorted(by_host), lambda h, t: hold(t, by_host[h]))
+            if runtimes.get(rt).holds:
+                by_host.setdefault(h, []).append((rt, name))
+        self.run(sorted(by_host), lambda h, t: hold(t, by_host[h]), "hold")
 
     def gate(self, groups: Mapping[str, Sequence[Desired]]) -> dict[str, Verdict]:
         """Health verdicts of ``groups`` (name -> units), gated together."""
+        stephook.reached("health", sorted({d.host for units in groups.values() for d in units}))
         return gate(groups, self.transports, timeout_override=self.timeout_s, forks=self.forks, progress=self.progress)
 
     def stop(self, units: Sequence[Desired], grace_s: int | None) -> dict[str, object]:
@@ -339,7 +388,7 @@ class DeploySession(Connections):
                 wait = STEP_TIMEOUT_S if grace_s is None else grace_s + 60
                 check(t, d.commands.remove(grace_s), label=f"stop {d.name}", timeout=wait)
 
-        return self.run(sorted({d.host for d in units if d.host in self.transports}), stop)
+        return self.run(sorted({d.host for d in units if d.host in self.transports}), stop, "stop")
 
     def retire(self, manifests: Sequence[Manifest], *, keep_prev: bool = True, states: tuple[str, str] = ("removing", "removed")) -> dict[str, object]:
         """Retires (see :func:`retire`) ``manifests``, every host at once; each host's outcome.
@@ -354,7 +403,7 @@ class DeploySession(Connections):
                 retire(t, m, keep_prev)
                 self.progress.update(Event(host=h, unit=m.unit, state=states[1]))
 
-        return self.run(sorted(by_host), remove)
+        return self.run(sorted(by_host), remove, "remove")
 
     def start(self, batch: Sequence[GroupChange], surveys: Mapping[str, Survey]) -> dict[str, Verdict]:
         """Restarts ``batch`` (groups of one start step) whole: hold every rank on every host, then
@@ -378,22 +427,24 @@ class DeploySession(Connections):
             # (a unit the survey found missing has nothing to hold).  Every host is held before any
             # stops, and every host is stopped before any starts: those barriers stay round trips.
             held = {h: [(d.unit.runtime, d.name) for d in by_host[h] if not missing(surveys, d)] for h in hosts}
-            self.run([h for h in hosts if held[h]], lambda h, t: hold(t, held[h]))
+            self.run([h for h in hosts if held[h]], lambda h, t: hold(t, held[h]), "hold")
             # Running leaders of multi-node groups stop, with their grace, before the other ranks
             # (see stop_wave).
             leaders = {h: [d for d in by_host[h] if stop_wave(d.unit.rank) == 0 and not missing(surveys, d)
                            and sum(1 for u in units if u.unit.group == d.unit.group) > 1] for h in hosts}  # fmt: skip
             drained = self.run([h for h in hosts if leaders[h]],
-                               lambda h, t: _stop_units(t, leaders[h], progress, STOP_TIMEOUT_S))  # fmt: skip
+                               lambda h, t: _stop_units(t, leaders[h], progress, STOP_TIMEOUT_S), "stop")  # fmt: skip
             when = _now()
             installed = self.run(
                 [h for h in hosts if not isinstance(drained.get(h), FleetError)],
                 lambda h, t: _stop_and_install(t, by_host[h], surveys[h], target, self.owner.split(" ")[0], when,
                                                progress, stopped=frozenset(d.name for d in leaders[h])),
+                "install",
             )  # fmt: skip
             started = self.run(
                 [h for h in installed if not isinstance(installed[h], FleetError)],
                 lambda h, t: _start_units(t, by_host[h], self.secrets, progress, serial),
+                "start",
             )
             broken: dict[str, FleetError] = {}
             for h in hosts:
@@ -409,6 +460,11 @@ class DeploySession(Connections):
             # Whatever did not come up healthy (failure or Ctrl-C) is torn down: nothing half-up.
             self._tear_down(batch, verdicts, step_id)
         return verdicts
+
+    def tear_down(self, batch: Sequence[GroupChange]) -> None:
+        """Tears down ``batch``, which came up healthy but failed a check after its gate (the PD
+        canary), as a group that failed its gate is."""
+        self._tear_down(batch, {}, uuid.uuid4().hex[:12])
 
     def _tear_down(self, batch: Sequence[GroupChange], verdicts: dict[str, Verdict], step_id: str) -> None:
         failed = [d for g in batch if not (v := verdicts.get(g.group)) or not v.healthy for d in g.units]
@@ -426,8 +482,8 @@ class DeploySession(Connections):
                   timeout=STEP_TIMEOUT_S + 30)  # fmt: skip
             hold(t, [(d.unit.runtime, d.name) for d in teardown[h]])
 
-        fenced = self.run(down_hosts, fence_and_hold)
-        stopped = self.run(down_hosts, lambda h, t: _stop_units(t, teardown[h], self.progress, None))
+        fenced = self.run(down_hosts, fence_and_hold, "teardown")
+        stopped = self.run(down_hosts, lambda h, t: _stop_units(t, teardown[h], self.progress, None), "teardown")
         left = {h: err for h in down_hosts for err in (fenced.get(h), stopped.get(h)) if isinstance(err, FleetError)}
         for h, err in left.items():
             self.progress.note(mask(f"{h}: tearing down {', '.join(d.name for d in teardown[h])} failed: {err}", self.secrets))
@@ -498,6 +554,7 @@ def _stop_and_install(
             image=d.image,
             generation=next_generation(old, d),
             deployed_by=who,
+            playbook=target.owner or (old.playbook if old is not None else ""),
             deployed_at=when,
             files=d.owned,
         )

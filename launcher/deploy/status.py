@@ -15,16 +15,20 @@ import dataclasses
 import hashlib
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
-from launcher.deploy.desired import Desired
+from launcher.deploy import crossing
+from launcher.deploy.desired import Desired, groups
 from launcher.deploy.health import PROBE_TIMEOUT_S
+from launcher.deploy.manifest import Manifest
 from launcher.deploy.session import Connect, Connections, Target
 from launcher.deploy.survey import Survey, survey_host
-from launcher.deploy.remote import STEP_TIMEOUT_S, check
-from launcher.deploy.steps import hashes_argv, logs_argv, parse_hashes, parse_log, probe_argv
+from launcher.remote import STEP_TIMEOUT_S, check
+from launcher.deploy.steps import hashes_argv, parse_hashes, probe_argv
+from launcher.runtimes import registry as runtimes
 from launcher.errors import FleetError, UsageError
 from launcher.execute.transport import Transport
+from launcher.deploy import watchstate as watch_state
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,6 +43,7 @@ class UnitStatus:
     generation: int | None
     drift: str  # none / files: a, b / render hash / not deployed / not in plan / ?
     restarts: int = 0
+    watch: str = ""  # why `fleet watch` gave up on the unit's group (a crash loop), "" : it did not
 
 
 def status(target: Target, connect: Connect, forks: int = 8) -> tuple[UnitStatus, ...]:
@@ -48,15 +53,43 @@ def status(target: Target, connect: Connect, forks: int = 8) -> tuple[UnitStatus
         reachable = [h for h in hosts if h in session.transports]
         results = session.run(reachable, lambda h, t: _host_status(t, h, target))
     rows: list[UnitStatus] = []
+    records: dict[str, list[watch_state.Record]] = {}
+    manifests: dict[tuple[str, str], Manifest] = {}
     for h in hosts:
         res = results.get(h) if h in results else session.errors.get(h)
         mine = [d for d in target.units if d.host == h]
         if isinstance(res, FleetError) or res is None:
             rows += [_row(d, state="unreachable", health="?", generation=None, drift="?") for d in mine]
         else:
-            assert isinstance(res, list)
-            rows += res
-    return group_verdicts(rows)
+            assert isinstance(res, tuple)
+            rows += res[0]
+            for g, rec in res[1].items():
+                records.setdefault(g, []).append(rec)
+            manifests.update({(h, u): m for u, m in res[2].items()})
+    return _watched(group_verdicts(rows), target, records, manifests)
+
+
+def _watched(
+    rows: tuple[UnitStatus, ...], target: Target, records: dict[str, list[watch_state.Record]],
+    manifests: dict[tuple[str, str], Manifest],
+) -> tuple[UnitStatus, ...]:  # fmt: skip
+    """The rows of groups the watch gave up on (its mark still about what they run) say why."""
+    failed = {}
+    for g, units in groups(target.units).items():
+        history = watch_state.merged(records.get(g, []), watch_state.stamp(manifests.get((d.host, d.name)) for d in units))
+        if history.failed:
+            failed[g] = history.failed
+    return tuple(dataclasses.replace(r, watch=failed[r.group]) if r.group in failed else r for r in rows)
+
+
+def probe(target: Target, connect: Connect, forks: int = 8) -> crossing.Crossing:
+    """``status --probe``: ``up``'s PD canary (:mod:`launcher.deploy.crossing`) on what runs now."""
+    if not crossing.applies(target.units):
+        raise UsageError(f"--probe sends a request across a prefill/decode deployment whose decode engine counts "
+                         f"its KV transfers (vLLM); {target.deployment} is not one")  # fmt: skip
+    with Connections(target.hosts, connect, forks) as session:
+        session.require_all()
+        return crossing.cross(session.transports, target.units)
 
 
 def group_verdicts(rows: list[UnitStatus]) -> tuple[UnitStatus, ...]:
@@ -72,9 +105,13 @@ def _row(d: Desired, **kw: object) -> UnitStatus:
     return UnitStatus(host=d.host, unit=d.name, role=d.unit.role, rank=d.unit.rank, group=d.unit.group, **kw)  # type: ignore[arg-type]
 
 
-def _host_status(t: Transport, host: str, target: Target) -> list[UnitStatus]:
+def _host_status(
+    t: Transport, host: str, target: Target
+) -> tuple[list[UnitStatus], dict[str, watch_state.Record], Mapping[str, Manifest]]:
+    """The host's rows, the watch's records there and its manifests."""
     units = [d for d in target.units if d.host == host]
     survey = survey_host(t, host, target.deployment, units)
+    records = watch_state.parse(check(t, watch_state.read_argv(target.deployment), label="read the watch's records"))
     paths = [f.path for d in units for f in d.files]
     remote = parse_hashes(check(t, hashes_argv(paths), label="sha256sum unit files")) if paths else {}
     rows = []
@@ -104,7 +141,7 @@ def _host_status(t: Transport, host: str, target: Target) -> list[UnitStatus]:
                     health="-", generation=m.generation, drift="not in plan", restarts=live.restarts,
                 )
             )  # fmt: skip
-    return rows
+    return rows, records, survey.manifests
 
 
 def _drift(d: Desired, survey: Survey, remote: dict[str, str | None]) -> str:
@@ -133,10 +170,22 @@ def pick(units: Sequence[Desired], name: str | None) -> tuple[Desired, ...]:
     return chosen
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogLine:
+    """One line of a unit's log, or (``unit`` None) a host's error; ``str()`` is how it prints."""
+
+    host: str
+    unit: str | None
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.host}/{self.unit} | {self.text}" if self.unit is not None else f"{self.host} | {self.text}"
+
+
 def logs(
     target: Target,
     connect: Connect,
-    emit: Callable[[str], None],
+    emit: Callable[[LogLine], None],
     *,
     unit: str | None = None,
     tail: int = 50,
@@ -144,8 +193,8 @@ def logs(
     forks: int = 8,
     sleep: Callable[[float], None] = time.sleep,
 ) -> None:
-    """Emits ``host/unit | line`` for the last ``tail`` lines of each unit; with ``follow``,
-    polls for new lines until interrupted.  Lines of one unit stay in order."""
+    """Emits the last ``tail`` lines of each unit (a host that fails: one error line); with
+    ``follow``, polls for new lines until interrupted.  Lines of one unit stay in order."""
     units = pick(target.units, unit)
     scope = tuple(h for h in target.hosts if any(d.host == h.name for d in units))
     hosts = [h.name for h in scope]  # inventory order
@@ -157,21 +206,17 @@ def logs(
             for h in hosts:
                 res = results[h]
                 if isinstance(res, FleetError):
-                    emit(f"{h} | {res}")
+                    emit(LogLine(host=h, unit=None, text=str(res)))
                     continue
                 assert isinstance(res, list)
                 for d, lines, pos in res:
                     for text in lines:
-                        emit(f"{d.host}/{d.name} | {text}")
+                        emit(LogLine(host=d.host, unit=d.name, text=text))
                     if pos is not None:
                         since[d.name] = pos
             if not follow:
                 return
             sleep(FOLLOW_POLL_S)
-
-
-# Where a docker log that was empty is followed from: its beginning (--since is inclusive).
-_DOCKER_LOG_START = "1970-01-01T00:00:00Z"
 
 
 def _fetch(
@@ -185,14 +230,14 @@ def _fetch(
         last = since[d.name]
         first = last is None
         want = max(tail, 1) if follow and first else tail
-        result = t.run(logs_argv(d.unit.runtime, d.name, want, since=last), timeout=STEP_TIMEOUT_S)
-        lines = parse_log(d.unit.runtime, result.stdout_text)
-        if last is not None and d.unit.runtime == "docker":
-            # docker's --since is inclusive: drop what was already shown
-            lines = [(p, x) for p, x in lines if p > last]
+        runtime = runtimes.get(d.unit.runtime)
+        result = t.run(runtime.logs_argv(d.name, want, since=last), timeout=STEP_TIMEOUT_S)
+        lines = runtime.parse_log(result.stdout_text)
+        if last is not None:
+            lines = runtime.after(lines, last)
         pos = next((p for p, _ in reversed(lines) if p), None)
-        if follow and first and not lines and result.ok and d.unit.runtime == "docker":
-            pos = _DOCKER_LOG_START
+        if follow and first and not lines and result.ok:
+            pos = runtime.log_start
         shown = lines[max(0, len(lines) - tail) :] if first and result.ok else lines
         out.append((d, [x for _, x in shown], pos))
     return out

@@ -20,23 +20,15 @@ from typing import Literal, Mapping, Sequence
 
 from launcher.deploy.desired import Desired, groups, secrets_file, step_of
 from launcher.deploy.manifest import LEGACY_KEY, Manifest, parse
-from launcher.deploy.remote import STEP_TIMEOUT_S, failure
-from launcher.deploy.steps import (
-    MISSING,
-    Liveness,
-    hashes_argv,
-    images_argv,
-    liveness_argv,
-    liveness_from,
-    parse_hashes,
-    parse_images,
-    read_manifests_argv,
-    run_liveness,
-)
+from launcher.remote import STEP_TIMEOUT_S, failure
+from launcher.deploy.steps import hashes_argv, parse_hashes, read_manifests_argv
 from launcher.execute.files import Step, run_batch
 from launcher.execute.transport import Result, Transport
 from launcher.model import Runtime
 from launcher.render import FLEET_ROOT
+from launcher.runtimes import registry as runtimes
+from launcher.runtimes.base import MISSING, Liveness
+from launcher.runtimes.container import images_argv, parse_images
 
 
 def deployment_dir(deployment: str) -> str:
@@ -88,7 +80,7 @@ def decide(
         changed = [d for d in members if (m := olds[d.name]) is not None and m.render_hash != d.render_hash]
         resecret = [
             d for d in members
-            if d not in changed and olds[d.name] is not None and _secrets_changed(d, surveys[d.host], secrets)
+            if d not in changed and olds[d.name] is not None and secrets_changed(d, surveys[d.host], secrets)
         ]
         down = [d for d in members if surveys[d.host].live.get(d.name, Liveness(state="missing")).state != "running"]
         action: Literal["unchanged", "start", "restart"]
@@ -110,7 +102,10 @@ def decide(
     return Decision(groups=tuple(changes), orphans=orphans)
 
 
-def _secrets_changed(d: Desired, survey: Survey, values: Mapping[str, str] | None) -> bool:
+def secrets_changed(d: Desired, survey: Survey, values: Mapping[str, str] | None) -> bool:
+    """Whether ``d``'s secrets file on its host (as ``survey`` hashed it) differs from the one
+    ``values`` give: digests compared, never values.  False when there is nothing to compare (not
+    hashed, or a secret not resolved here)."""
     if values is None or d.secrets_path not in survey.secret_hashes:
         return False
     if any(ref.name not in values for ref in d.unit.secrets):
@@ -146,14 +141,14 @@ class SurveyAsk:
     """The survey's commands for one host, and how to read their answers."""
 
     host: str
-    names: Mapping[Runtime, tuple[str, ...]]  # planned units by (planned) runtime
+    names: Mapping[str, tuple[str, ...]]  # planned units by (planned) runtime name
     images: tuple[str, ...]
     secret_files: tuple[str, ...]  # the planned units' secrets files (hashed, never read)
 
     @classmethod
     def of(cls, host: str, units: Sequence[Desired], images: bool) -> SurveyAsk:
         mine = [d for d in units if d.host == host]
-        names = {rt: tuple(sorted(d.name for d in mine if d.unit.runtime == rt)) for rt in _RUNTIMES}
+        names = {rt: tuple(sorted(d.name for d in mine if d.unit.runtime == rt)) for rt in runtimes.names()}
         wanted = tuple(sorted({d.image for d in mine if d.image is not None})) if images else ()
         secret_files = tuple(sorted(d.secrets_path for d in mine if d.unit.secrets))
         return cls(host=host, names=names, images=wanted, secret_files=secret_files)
@@ -161,7 +156,8 @@ class SurveyAsk:
     def steps(self, deployment: str) -> list[Step]:
         ddir = deployment_dir(deployment)
         out = [Step(argv=read_manifests_argv(ddir), label=f"cat {ddir}/*/manifest.json")]
-        out += [Step(argv=liveness_argv(rt, self.names[rt]), label=f"{rt} liveness") for rt in _RUNTIMES if self.names[rt]]
+        out += [Step(argv=rt.liveness_argv(self.names[rt.name]), label=f"{rt.name} liveness")
+                for rt in runtimes.runtimes() if self.names[rt.name]]  # fmt: skip
         if self.images:
             out.append(Step(argv=images_argv(self.images), label="docker image inspect"))
         if self.secret_files:
@@ -182,9 +178,9 @@ class SurveyAsk:
                 if f'"{LEGACY_KEY}"' in line:
                     legacy.append(m.unit)
         live: dict[str, Liveness] = {}
-        for rt in _RUNTIMES:
-            if self.names[rt]:
-                live.update(liveness_from(next(answers), rt, self.names[rt]))
+        for rt in runtimes.runtimes():
+            if self.names[rt.name]:
+                live.update(rt.liveness_from(next(answers), self.names[rt.name]))
         images = parse_images(next(answers).stdout_text) if self.images else {}
         hashes: dict[str, str | None] = {}
         if self.secret_files:
@@ -192,11 +188,8 @@ class SurveyAsk:
             if not hashed.ok:
                 raise failure(hashed, hashed.command)
             hashes = parse_hashes(hashed.stdout_text)
-        for rt in _RUNTIMES:
-            live.update(run_liveness(t, rt, sorted(m.unit for m in manifests.values() if m.unit not in live and m.runtime == rt)))
+        for rt in runtimes.runtimes():
+            live.update(rt.run_liveness(t, sorted(m.unit for m in manifests.values() if m.unit not in live and m.runtime == rt.name)))
         return Survey(manifests=manifests, live=live, images=images, secret_hashes=hashes, legacy=tuple(legacy))
-
-
-_RUNTIMES: tuple[Runtime, ...] = ("docker", "systemd")
 
 

@@ -4,12 +4,13 @@ something the gate cares about happens, then reports what it last saw.
 The remote loop (a fixed POSIX ``sh`` script; unit names and URLs travel as positional
 parameters) probes every unit with a health check every ``step_s`` from the host itself (curl,
 else wget, else python3) and reads liveness (``docker inspect`` / ``systemctl show``) at the
-first step and every fourth one after it, at once when every probe answers, and at the end.  It returns as soon as every
+first step and every fourth one after it (each runtime's section of the script reads its units'
+liveness, ``Runtime.wait_section``; one output section per runtime name), at once when every probe answers, and at the end.  It returns as soon as every
 unit is running with its probes answering, or any unit is exited, missing, restarting or has
 restarted, or after ``window_s`` (whole seconds, give or take one: the host's ``date +%s``).
 
 Contract: :func:`run_wait` is one round trip and never judges a group: it returns a
-:class:`Seen` (liveness parsed by :func:`launcher.deploy.steps.parse_liveness`, probe results)
+:class:`Seen` (liveness read by each runtime's ``liveness_from``, probe results)
 or raises a :class:`FleetError` whose one-line message names the host -- no probe tool
 (exit 127, as a lone probe would), docker daemon down, ``systemctl show`` failing, an answer
 that is not a report, or the exec outliving ``window_s`` plus the probes' and a step's timeout.
@@ -22,17 +23,20 @@ from typing import Mapping, Sequence
 
 from launcher import hostscripts
 from launcher.deploy.desired import Desired
-from launcher.deploy.remote import STEP_TIMEOUT_S, sh, tail
-from launcher.deploy.steps import DOCKER_FORMAT, NO_PROBE_TOOL, Liveness, parse_liveness, service
+from launcher.remote import STEP_TIMEOUT_S, sh, tail
+from launcher.deploy.steps import NO_PROBE_TOOL
 from launcher.errors import FleetError, RemoteError
 from launcher.execute.transport import CommandTimeout, Result, Transport
-from launcher.model import Runtime
+from launcher.runtimes import registry as runtimes
+from launcher.runtimes.base import Liveness
 
 MARK = "fleet-wait:"
 LABEL = "health wait"  # how the exec is named in errors (the script itself is long)
-_SYSTEMCTL = "systemctl show: "
-
-_WAIT = hostscripts.text("wait.sh")  # its arguments: see wait_argv and the script's header
+# The script with every runtime's section where it asks for them; its arguments: see wait_argv
+# and the script's header.
+_WAIT = hostscripts.text("wait.sh").replace(
+    "# runtime sections\n", "".join(rt.wait_section() for rt in runtimes.runtimes()), 1
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,11 +50,12 @@ class Seen:
 def wait_argv(units: Sequence[Desired], *, window_s: int, step_s: float, probe_timeout_s: int) -> tuple[str, ...]:
     args: list[str] = []
     for d in units:
-        name = d.name if d.unit.runtime == "docker" else service(d.name)
+        name = runtimes.get(d.unit.runtime).wait_name(d.name)
         if "\n" in name:  # names are built from validated parts; the script splits its lists on newlines
             raise ValueError(f"newline in unit name {d.name!r}")
         args += [d.unit.runtime, name, d.unit.health.url if d.unit.health else ""]
-    return sh(_WAIT, str(window_s), f"{step_s:g}", str(probe_timeout_s), DOCKER_FORMAT, *args)
+    own = (a for rt in runtimes.runtimes() for a in rt.wait_args())
+    return sh(_WAIT, str(window_s), f"{step_s:g}", str(probe_timeout_s), *own, *args)
 
 
 def run_wait(
@@ -75,12 +80,13 @@ def parse_wait(units: Sequence[Desired], result: Result) -> Seen:
     host = result.host
     if not result.ok:
         err = tail(result.stderr_text)
-        if err.startswith(_SYSTEMCTL):  # systemctl's own status, whatever it is (127: no systemctl)
-            raise RemoteError(host, _SYSTEMCTL.rstrip(": "), result.exit_status, err.removeprefix(_SYSTEMCTL))
+        for rt in runtimes.runtimes():  # a runtime's failed read, its own status (127: no systemctl)
+            if err.startswith(rt.liveness_label + ": "):
+                raise RemoteError(host, rt.liveness_label, result.exit_status, err.removeprefix(rt.liveness_label + ": "))
         if result.exit_status == NO_PROBE_TOOL:
             raise RemoteError(host, "sh", NO_PROBE_TOOL, err)
         raise RemoteError(host, LABEL, result.exit_status, err or tail(result.stdout_text))
-    text: dict[str, list[str]] = {"docker": [], "systemd": []}
+    text: dict[str, list[str]] = {rt.name: [] for rt in runtimes.runtimes()}  # the script's sections
     probes: dict[str, bool] = {}
     section: list[str] | None = None
     ended = False
@@ -103,15 +109,10 @@ def parse_wait(units: Sequence[Desired], result: Result) -> Seen:
             probes[units[int(index)].name] = answered == "1"
     if not ended:
         raise _unreadable(host, result.stdout_text)
-    docker_out = "\n".join(text["docker"])
-    if "Cannot connect to the Docker daemon" in docker_out:
-        raise RemoteError(host, "docker inspect", result.exit_status, docker_out.strip().splitlines()[-1])
-    outs: dict[Runtime, str] = {"docker": docker_out, "systemd": "\n".join(text["systemd"])}
     live: dict[str, Liveness] = {}
-    for runtime, out in outs.items():
-        names = [d.name for d in units if d.unit.runtime == runtime]
-        if names:
-            live.update(parse_liveness(runtime, names, out))
+    for rt in runtimes.runtimes():
+        names = [d.name for d in units if d.unit.runtime == rt.name]
+        live.update(rt.liveness_from(result, names, "\n".join(text[rt.name])))
     return Seen(live=live, probes=probes)
 
 

@@ -1,12 +1,13 @@
 """vllm-ascend (Huawei NPU): the container devices, driver mounts and env a rank needs.
 
-Contract: the argv is vLLM's (:func:`launcher.engines.vllm.argv`, ``vllm serve``); what differs
+Contract: the argv is vLLM's (:class:`launcher.engines.vllm.VLLM`, ``vllm serve``); what differs
 is the container: no ``--gpus``, one ``--device /dev/davinciN`` per NPU plus the three control
 devices, and the host's driver files mounted read-only (vllm-ascend's docker instructions).
 """
 
 from __future__ import annotations
 
+from launcher.engines.vllm import VLLM
 from launcher.model import Mount
 
 CONTROL_DEVICES: tuple[str, ...] = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
@@ -34,3 +35,29 @@ def env(npus: tuple[int, ...]) -> dict[str, str]:
     # Only this rank's /dev/davinciN nodes are passed into the container, where the runtime
     # numbers them from 0; the visible-device list is therefore logical, not the host indices.
     return {"ASCEND_RT_VISIBLE_DEVICES": ",".join(str(i) for i in range(len(npus)))}
+
+
+class VLLMAscend(VLLM):
+    """vLLM's argv, PD connectors and router; Ascend NPUs as the container's devices."""
+
+    name = "vllm-ascend"
+    label = "vllm-ascend"
+    metric_names = ()  # vLLM's names (metrics_kind)
+    accelerator = "npu"
+    collective = "hccl"
+    visible_devices_env = "ASCEND_RT_VISIBLE_DEVICES"
+
+    def device_env(self, ids: tuple[int, ...]) -> dict[str, str]:
+        return env(ids)
+
+    def container_devices(self, ids: tuple[int, ...]) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        return devices(ids), ()
+
+    def container_mounts(self, multinode: bool) -> tuple[Mount, ...]:
+        return mounts(multinode)
+
+    def router_argv(self, workers: tuple[str, ...], port: int, metrics_port: int) -> tuple[str, ...] | None:
+        return None  # vllm-router's regular mode is not known to drive vllm-ascend workers
+
+
+ENGINE = VLLMAscend()

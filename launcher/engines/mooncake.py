@@ -16,6 +16,7 @@ from launcher.errors import PlanError
 from launcher.model import MooncakeStore, Parallelism, Source
 
 MASTER_BINARY = "mooncake_master"
+MASTER_HEALTH_PATH = "/metrics"  # what the planner's health check of the master GETs, on its metrics port
 CONFIG_PATH_ENV = "MOONCAKE_CONFIG_PATH"  # vLLM's only source of its store client's config
 VLLM_CONFIG_FILE = "mooncake-store.json"
 _SIZE = re.compile(r"^\s*([0-9]+)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)

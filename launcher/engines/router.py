@@ -14,16 +14,28 @@ front end, snapshot ``options/vllm-router-0.1.17.json``): ``--host`` and ``--pro
 default to 127.0.0.1, ``--port`` to 30000, ``--prometheus-port`` to 29000 (the metrics listener
 always starts); ``--prefill URL [BOOTSTRAP_PORT]`` and ``--decode URL`` repeat per instance;
 ``--kv-connector`` (nixl | mooncake | moriio, default nixl) picks the PD request protocol.
+
+What fleet needs of a running router beyond its argv is its :class:`Program` (the registry
+below: :func:`of_argv`, :func:`register`): its health path, the workers a PD command line
+lists, whether its PD mode takes workers over its API, and its Kubernetes service discovery.
+The planner, the watch (``launcher/watch/homes.py``) and the k8s export ask it; none of them
+names a router program or flag (``tests/unit/test_plugin_names.py``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+from launcher.engines import flags
+from launcher.engines.named import Named
 from launcher.model import TransferBackend
 
 SGLANG_ROUTER: tuple[str, ...] = ("python3", "-m", "sglang_router.launch_router")
 VLLM_ROUTER: tuple[str, ...] = ("vllm-router",)
 GATEWAY_ARGV: tuple[str, ...] = ("openresty", "-g", "daemon off;")
 GATEWAY_CONF_PATH = "/etc/nginx/conf.d/default.conf"  # where openresty images include server blocks
+GATEWAY_HEALTH_PATH = "/health"  # answered by the server block itself (:func:`gateway_conf`)
 
 
 def sglang_pd_argv(
@@ -115,7 +127,7 @@ def gateway_conf(deployment: str, route: str, upstreams: tuple[str, ...], port: 
         "server {\n"
         f"  listen {port};\n"
         "  client_max_body_size 64m;\n"
-        "  location = /health {\n"
+        f"  location = {GATEWAY_HEALTH_PATH} {{\n"
         "    return 200 \"ok\\n\";\n"
         "  }\n"
         "  location /v1/ {\n"
@@ -134,3 +146,121 @@ def gateway_conf(deployment: str, route: str, upstreams: tuple[str, ...], port: 
         "  }\n"
         "}\n"
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# The router programs, as fleet drives them once started
+# ---------------------------------------------------------------------------------------------
+
+# Flags that list a router's workers by address, with how many values each takes (None: every
+# value up to the next flag); a ``--prefill``'s second value is its bootstrap port.  The same
+# for both programs (vllm-router's argparse front end copies sglang-router's; both snapshots).
+_WORKER_LISTS: dict[str, int | None] = {"--prefill": 2, "--decode": 1, "--worker-urls": None}
+# Kubernetes service discovery (both programs, same flags): the leader pods are found by label.
+_SELECTOR_FLAGS: tuple[str, ...] = ("--selector", "--prefill-selector", "--decode-selector")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PdWorker:
+    """A worker as a PD router's command line lists it: its type and (prefill) bootstrap port."""
+
+    role: Literal["prefill", "decode"]
+    bootstrap_port: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Program:
+    """One router program.  The methods read and rewrite the command lines this module builds;
+    a plug-in's program with other flags subclasses and overrides them.
+
+    ``health_path`` is one path segment: readers take a unit's base URL as its health URL without
+    the last segment.  ``pd_adds_workers``: its PD mode takes workers over its worker API
+    (``POST /workers``); sglang-router 0.3.2 does (``worker_type``, ``bootstrap_port``);
+    vllm-router 0.1.17 does not (``POST /workers`` and ``/add_worker`` answer 400 "PD router
+    requires specific add_prefill_server or add_decode_server methods"; measured), so the watch
+    never takes a worker out of it.  ``bootstrap_annotation``: the pod annotation its service
+    discovery reads a prefill's bootstrap port from.
+    """
+
+    name: str  # the program as messages name it; also its metrics kind (launcher/observe/names.py)
+    entry: tuple[str, ...]  # the argv prefix of a unit running it
+    health_path: str = "/health"
+    pd_adds_workers: bool = True
+    bootstrap_annotation: str = "sglang.ai/bootstrap-port"
+
+    def runs(self, argv: Sequence[str]) -> bool:
+        return tuple(argv[: len(self.entry)]) == self.entry
+
+    def pd_workers(self, argv: Sequence[str]) -> dict[str, PdWorker]:
+        """A PD command line's ``--prefill URL [PORT]`` and ``--decode URL`` workers, by URL
+        (without a trailing slash)."""
+        out: dict[str, PdWorker] = {}
+        for i, arg in enumerate(argv):
+            if arg in ("--prefill", "--decode") and i + 1 < len(argv):
+                url = argv[i + 1].rstrip("/")
+                port = argv[i + 2] if arg == "--prefill" and i + 2 < len(argv) and argv[i + 2].isdigit() else None
+                out[url] = PdWorker(role="prefill" if arg == "--prefill" else "decode",
+                                    bootstrap_port=int(port) if port is not None else None)  # fmt: skip
+        return out
+
+    def is_pd(self, argv: Sequence[str]) -> bool:
+        """Whether the command line runs the PD mode (it lists prefill workers)."""
+        return flags.has(tuple(argv), ("--prefill",))
+
+    def discovery_argv(
+        self, argv: Sequence[str], port: int, namespace: str, *, selector: Sequence[str] = (),
+        prefill: Sequence[str] = (), decode: Sequence[str] = (),
+    ) -> tuple[str, ...]:  # fmt: skip
+        """``argv`` with the workers it lists by address replaced by Kubernetes service discovery
+        in ``namespace`` at the engines' ``port``: label selectors (``key=value`` each) of the
+        prefill and decode leader pods (PD mode, :meth:`is_pd`), else ``selector``."""
+        out: list[str] = []
+        i = 0
+        while i < len(argv):
+            a = argv[i]
+            if a in _WORKER_LISTS:
+                count = _WORKER_LISTS[a]
+                i += 1
+                taken = 0
+                while i < len(argv) and not argv[i].startswith("--") and (count is None or taken < count):
+                    if taken == 1 and a == "--prefill" and not (argv[i].isdigit() or argv[i] == "none"):
+                        break
+                    i, taken = i + 1, taken + 1
+                continue
+            out.append(a)
+            i += 1
+        if self.is_pd(argv):
+            out += ["--service-discovery", "--prefill-selector", *prefill, "--decode-selector", *decode]
+        else:
+            out += ["--service-discovery", "--selector", *selector]
+        out += ["--service-discovery-port", str(port), "--service-discovery-namespace", namespace]
+        return tuple(out)
+
+
+def discovery_selectors(argv: Sequence[str]) -> list[dict[str, str]]:
+    """The label selectors of the service discovery flags anywhere in ``argv`` (a pod's whole
+    command, wrapper included), in order: each flag's ``key=value`` values as a dict."""
+    out: list[dict[str, str]] = []
+    for i, a in enumerate(argv):
+        if a in _SELECTOR_FLAGS:
+            pairs: dict[str, str] = {}
+            for value in argv[i + 1 :]:
+                if value.startswith("--"):
+                    break
+                k, _, v = value.partition("=")
+                pairs[k] = v
+            out.append(pairs)
+    return out
+
+
+SGLANG = Program(name="sglang-router", entry=SGLANG_ROUTER)
+VLLM = Program(name="vllm-router", entry=VLLM_ROUTER, pd_adds_workers=False)
+_PROGRAMS: Named[Program] = Named("router program", (SGLANG, VLLM))
+register = _PROGRAMS.register  # a plug-in engine's router program
+unregister = _PROGRAMS.unregister
+programs = _PROGRAMS.all
+
+
+def of_argv(argv: Sequence[str]) -> Program | None:
+    """The program a router unit's argv runs (by its entry point); None when none is registered."""
+    return next((p for p in _PROGRAMS.all() if p.runs(argv)), None)

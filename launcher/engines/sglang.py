@@ -5,7 +5,9 @@ host's own ``--disaggregation-ib-device``; ``--host 0.0.0.0`` is always passed (
 127.0.0.1 by default, which a router on another host cannot reach) and ``--port`` is passed to
 every rank although only rank 0 serves HTTP, so rank argv differ in the rank alone.
 ``--enable-metrics`` is always passed (an override can remove it): SGLang serves no ``/metrics``
-without it, and ``fleet top`` and the Prometheus targets (``launcher/observe``) read it.
+without it, and ``fleet top`` and the Prometheus targets (``launcher/observe``) read it; under
+attention DP ``--enable-metrics-for-all-schedulers`` goes with it (0.5.23 on), so that every
+scheduler reports, not only attention-TP rank 0 of each DP group.
 
 Entry point: ``python3 -m sglang.launch_server``.  ``sglang serve`` is the recommended spelling in
 0.5.23 but does not exist in the older images the catalog also pins, and both accept the same
@@ -14,12 +16,15 @@ flags; one spelling across the catalog keeps plans comparable.
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from typing import Mapping, Sequence
 
+from launcher.engines import flags, router
+from launcher.engines.base import Engine, Leader, MetricNames
 from launcher.engines.context import BOOTSTRAP, DIST_INIT, HTTP, InstanceContext
-from launcher.engines import flags
 from launcher.errors import PlanError
-from launcher.model import Parallelism, Recipe
+from launcher.model import Parallelism, Recipe, TransferBackend
 
 ENTRY: tuple[str, ...] = ("python3", "-m", "sglang.launch_server")
 # SGLang's own names for speculative algorithms; MTP heads (DeepSeek style) are NEXTN.
@@ -41,6 +46,7 @@ _DP = ("--dp-size", "--data-parallel-size")
 _EP = ("--ep-size", "--ep", "--expert-parallel-size")
 _ATTN_DP = ("--attn-dp-size", "--attention-data-parallel-size")
 _DCP = ("--dcp-size", "--decode-context-parallel-size")
+ALL_SCHEDULERS = "--enable-metrics-for-all-schedulers"
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
@@ -61,6 +67,11 @@ def argv(recipe: Recipe, ctx: InstanceContext) -> tuple[str, ...]:
     out += ["--host", "0.0.0.0", "--port", str(ctx.ports[HTTP]), "--tp-size", str(par.tp)]
     if not flags.has(recipe.engine_args, ("--enable-metrics",)):
         out.append("--enable-metrics")  # /metrics is off by default; fleet top and Prometheus read it
+    if _all_schedulers(recipe, par):
+        # Under attention DP only attention-TP rank 0 of each DP group reports otherwise; with it
+        # every scheduler does (each TP rank of a group holds the group's requests: the readers
+        # count a core once, launcher/observe/load.py).
+        out.append(ALL_SCHEDULERS)
     if par.pp > 1:
         out += ["--pp-size", str(par.pp)]
     if par.dp > 1:
@@ -106,6 +117,16 @@ def argv(recipe: Recipe, ctx: InstanceContext) -> tuple[str, ...]:
         if spec.fabric != "none" and spec.hcas:
             out += ["--disaggregation-ib-device", ",".join(spec.hcas)]
     return (*out, *recipe.engine_args)
+
+
+def _all_schedulers(recipe: Recipe, par: Parallelism) -> bool:
+    """Attention DP (the recipe's parallelism or its engine_args) on a SGLang that has the flag
+    (0.5.23's arg_groups/fields/observability.py; no older SGLang is in the catalog)."""
+    return (
+        _new_spellings(recipe)
+        and parallelism(tuple(recipe.engine_args), par).attn_dp > 1
+        and not flags.has(recipe.engine_args, (ALL_SCHEDULERS,))
+    )
 
 
 def _speculative(recipe: Recipe) -> list[str]:
@@ -164,3 +185,78 @@ def parallelism(argv: tuple[str, ...], base: Parallelism) -> Parallelism:
         attn_dp=attn_dp,
         dcp=num(_DCP, base.dcp),
     )
+
+
+# SGLang 0.5's names (collector.py): the scheduler gauges, the tokenizer's counters and histograms.
+_NAMES_0_5 = MetricNames(
+    running="sglang:num_running_reqs", waiting="sglang:num_queue_reqs", kv_usage="sglang:token_usage",
+    generation_tokens="sglang:generation_tokens_total", prompt_tokens="sglang:prompt_tokens_total",
+    requests="sglang:num_requests_total", ttft="sglang:time_to_first_token_seconds",
+    # TTFT, inter-token latency and end-to-end only: no per-request TPOT histogram before 0.5.23
+    itl="sglang:inter_token_latency_seconds", e2e="sglang:e2e_request_latency_seconds",
+    # every prompt token counts in prompt_tokens_total, the radix cache's share in cached_tokens_total
+    prefix_cache_queries="sglang:prompt_tokens_total", prefix_cache_hits="sglang:cached_tokens_total",
+)
+
+
+class SGLang(Engine):
+    name = "sglang"
+    label = "SGLang"
+    entry = ENTRY
+    http_port = 30000
+    rendezvous_port = DIST_INIT
+    metrics_kind = "sglang"
+    # server args plus "version": sglang.__version__ (entrypoints/http_server.py); 0.5.23 names
+    # it /server_info (/get_server_info a deprecated alias), 0.5.5 /get_server_info only
+    version_paths = ("/server_info", "/get_server_info")
+    metric_names: tuple[tuple[str, MetricNames], ...] = (
+        ("0.5.0", _NAMES_0_5),
+        # the 0.5.23 wheel's TokenizerMetricsCollector (srt/observability/metrics_collector.py)
+        # declares a per-request TPOT histogram, (finished - first token) / (tokens - 1), observed
+        # once per request finished by stop or length on every worker but a PD prefill.  Older
+        # 0.5 releases keep the names above: the first release to declare it was not pinned down.
+        ("0.5.23", dataclasses.replace(_NAMES_0_5, tpot="sglang:request_time_per_output_token_seconds")),
+    )
+    planner_flags = PLANNER_FLAGS
+    per_rank_flags = PER_RANK_FLAGS
+    rank_flags = ("--node-rank",)
+    ib_device_flags = ("--disaggregation-ib-device",)
+    # the builders above, as this engine's methods
+    argv = staticmethod(argv)
+    env = staticmethod(env)
+    parallelism = staticmethod(parallelism)
+    model_flags = ("--model-path", "--model")
+    draft_flags = ("--speculative-draft-model-path",)
+    tokenizer_flags = ("--tokenizer-path",)
+
+    def node_metrics(self, argv: tuple[str, ...], env: Mapping[str, str]) -> tuple[str, int] | None:
+        """SGLang's nodes other than the first serve /health and, with --enable-metrics, /metrics
+        on --port (0.5.23 entrypoints/engine.py: ``launch_dummy_health_check_server(host, port,
+        enable_metrics)``), from the schedulers on that node (Prometheus multiprocess files are
+        per node).  Under attention DP those are DP groups of their own, reported nowhere else;
+        without it a node > 0 holds TP/PP peers of rank 0's schedulers, which rank 0 reports."""
+        port = flags.value(argv, ("--port",))
+        ip = env.get("SGLANG_HOST_IP")
+        if not flags.has(argv, ("--enable-metrics",)) or port is None or not port.isdigit() or not ip:
+            return None
+        return (ip, int(port)) if parallelism(argv, Parallelism()).attn_dp > 1 else None
+
+    def listen_ports(self, ctx: InstanceContext, serves: bool) -> dict[str, int]:
+        out = super().listen_ports(ctx, serves)
+        if serves and ctx.role == "prefill":
+            out[BOOTSTRAP] = ctx.ports[BOOTSTRAP]  # every prefill runs the bootstrap server
+        return out
+
+    def router_argv(self, workers: tuple[str, ...], port: int, metrics_port: int) -> tuple[str, ...]:
+        return router.sglang_argv(workers, port, metrics_port)
+
+    def pd_router_argv(
+        self, prefill: Sequence[Leader], decode: Sequence[Leader], port: int, metrics_port: int,
+        backend: TransferBackend,
+    ) -> tuple[str, ...]:  # fmt: skip
+        return router.sglang_pd_argv(
+            tuple((p.url, p.ports[BOOTSTRAP]) for p in prefill), tuple(d.url for d in decode), port, metrics_port
+        )
+
+
+ENGINE = SGLang()

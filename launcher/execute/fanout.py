@@ -1,31 +1,86 @@
-"""Run one function per host on a bounded thread pool and report every host's outcome.
+"""fleet's one fan-out: a function per key on a bounded thread pool, every key's result kept.
 
-Each host ends as :class:`Ok` (with the function's value), :class:`Failed` (the function
-raised) or :class:`Unreachable` (no connection, host key refused, connection lost).  A slow,
-dead or hung host costs only its own timeouts; the results of the others are always kept.
+:func:`each` is the mechanism: ``fn`` once per key on at most ``forks`` threads; each key's
+result is its value or the :class:`FleetError` it raised (other exceptions are bugs and
+propagate).  A slow, dead or hung key costs only its own timeouts.  Ctrl-C: nothing new is
+started, ``on_interrupt`` runs (e.g. closing the connections, which aborts running commands),
+what is running gets :data:`INTERRUPT_GRACE_S` to finish, and :class:`Interrupted` -- a
+``KeyboardInterrupt`` -- is raised with the results of the keys that had finished.  The deploy
+phases (``deploy/session.py``, ``deploy/health.py``, ``watch/loop.py``) use it as is: their
+cleanup (unlocking, tearing down) then runs on new channels of the same connections.
 
-Ctrl-C: nothing new is started, every connection is closed (which aborts running commands) and
-:class:`FanoutInterrupted` — a ``KeyboardInterrupt`` — is raised carrying the outcomes of the
-hosts that had finished before the interrupt.
+:func:`run_all` is :func:`each` over hosts with a connection each: a host's result, named, is
+:class:`Ok` (its value), :class:`Failed` (the function raised; a bug too, as one line) or
+:class:`Unreachable` (no connection, host key refused, connection lost); on Ctrl-C it closes
+every connection and raises :class:`FanoutInterrupted` with the hosts that had finished.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 from dataclasses import dataclass
-from typing import Callable, Generic, Protocol, Sequence, TypeVar
+from typing import Callable, Generic, Mapping, Protocol, Sequence, TypeVar
 
 from launcher.errors import FleetError, HostKeyError, UnreachableError
 from launcher.execute.transport import Transport
 from launcher.model import Host
 
+K = TypeVar("K")
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 # Hosts worked on at once.  The CPU-bound part (key exchanges) is capped separately by
 # SshOptions.max_handshakes; past it, a host mostly waits on round trips, so more at once is
 # faster: bench/fanout.py measured 64 hosts in 2.9 s with 64 at once vs 4.6 s with 8.
 DEFAULT_FORKS = 64
-_INTERRUPT_GRACE_S = 5.0  # how long a Ctrl-C waits for running hosts to unwind
+# How long a Ctrl-C waits for what is running to unwind before the caller's cleanup: a hung
+# remote command is not waited out (its connection ends it).
+INTERRUPT_GRACE_S = 2.0
+
+
+class Interrupted(KeyboardInterrupt, Generic[K, T]):
+    """Ctrl-C during :func:`each`; ``done`` holds the keys that had finished, in key order."""
+
+    def __init__(self, done: Mapping[K, T | FleetError]) -> None:
+        super().__init__()
+        self.done = done
+
+
+def each(keys: Sequence[K], fn: Callable[[K], T], forks: int, *,
+         on_interrupt: Callable[[], None] | None = None) -> dict[K, T | FleetError]:  # fmt: skip
+    """``fn(key)`` for every key, at most ``forks`` at a time; see the module docstring."""
+    if not keys:
+        return {}
+    pool = cf.ThreadPoolExecutor(max_workers=max(1, min(forks, len(keys))), thread_name_prefix="fleet")
+    futures: dict[K, cf.Future[T]] = {k: pool.submit(fn, k) for k in keys}
+    try:
+        cf.wait(futures.values())
+    except KeyboardInterrupt:
+        finished = {k: f for k, f in futures.items() if f.done() and not f.cancelled()}
+        pool.shutdown(wait=False, cancel_futures=True)
+        if on_interrupt is not None:
+            on_interrupt()
+        cf.wait([f for f in futures.values() if not f.cancelled()], timeout=INTERRUPT_GRACE_S)
+        done: dict[K, T | FleetError] = _results(finished)
+        raise Interrupted(done) from None
+    pool.shutdown()
+    return _results(futures)
+
+
+def _results(futures: Mapping[K, cf.Future[T]]) -> dict[K, T | FleetError]:
+    out: dict[K, T | FleetError] = {}
+    for k, fut in futures.items():
+        err = fut.exception()
+        if err is None:
+            out[k] = fut.result()
+        elif isinstance(err, FleetError):
+            out[k] = err
+        else:
+            raise err  # a bug
+    return out
+
+
+def first_error(results: Mapping[K, T | FleetError]) -> FleetError | None:
+    return next((v for v in results.values() if isinstance(v, FleetError)), None)
 
 
 class Connector(Protocol):
@@ -114,6 +169,16 @@ def _one(host: Host, fn: Callable[[Host, Transport], T], connector: Connector) -
         return Failed(host=host, error=err)
 
 
+def precheck(connector: object, hosts: Sequence[Host]) -> None:
+    """Bad connection settings stop the command before any host is contacted, as one error
+    (the connector's ``check_routes``, when it has one: SSH's does).  ``connector``: a
+    connector, or its bound ``connect`` method (what deploy sessions are given)."""
+    owner = getattr(connector, "__self__", connector)
+    check = getattr(owner, "check_routes", None)
+    if callable(check):
+        check(hosts)
+
+
 def run_all(
     hosts: Sequence[Host],
     fn: Callable[[Host, Transport], T],
@@ -127,16 +192,15 @@ def run_all(
         raise ValueError(f"forks must be >= 1, got {forks}")
     if not hosts:
         return FanoutResult(outcomes=())
-    pool = cf.ThreadPoolExecutor(max_workers=min(forks, len(hosts)),
-                                 thread_name_prefix="fleet-host")
-    futures = [pool.submit(_one, host, fn, connector) for host in hosts]
+    precheck(connector, hosts)
     try:
-        cf.wait(futures)
-    except KeyboardInterrupt:
-        finished = [f for f in futures if f.done() and not f.cancelled()]
-        pool.shutdown(wait=False, cancel_futures=True)
-        connector.close()
-        cf.wait([f for f in futures if not f.cancelled()], timeout=_INTERRUPT_GRACE_S)
-        raise FanoutInterrupted(FanoutResult(outcomes=tuple(f.result() for f in finished))) from None
-    pool.shutdown()
-    return FanoutResult(outcomes=tuple(f.result() for f in futures))
+        done = each(range(len(hosts)), lambda i: _one(hosts[i], fn, connector), forks, on_interrupt=connector.close)
+    except Interrupted as stop:
+        raise FanoutInterrupted(FanoutResult(outcomes=_outcomes(stop.done))) from None
+    return FanoutResult(outcomes=_outcomes(done))
+
+
+def _outcomes(done: Mapping[int, Outcome[T] | FleetError]) -> tuple[Outcome[T], ...]:
+    """The hosts' outcomes in host order (:func:`_one` keeps every exception as its host's
+    outcome, so no result is an error)."""
+    return tuple(o for o in done.values() if not isinstance(o, FleetError))

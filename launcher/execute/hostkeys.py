@@ -7,7 +7,8 @@ Which files a host's key is checked against (a :class:`Trust`): its ``UserKnownH
 (``~/.config/fleet/known_hosts``, where ``--trust-new-hosts`` records keys).  Lines are read as
 OpenSSH reads them: host patterns with ``*``/``?``/``!``, hashed names (``|1|salt|hash``),
 ``[host]:port`` for ports other than 22, ``@revoked`` and ``@cert-authority`` markers; a line
-OpenSSH would skip (unknown key type, bad base64) is skipped, never fatal.
+OpenSSH would skip (unknown key type, bad base64, a hashed name whose salt or hash is not 20
+bytes) is skipped, never fatal.
 
 * revoked (``@revoked`` key, or a certificate's CA) → ``HostKeyError``, always
 * a host certificate signed by a ``@cert-authority`` key for the host → checked (principals,
@@ -72,10 +73,7 @@ class _Entry:
 def names_match(field: str, name: str) -> bool:
     """Whether a known_hosts host field (pattern list or hashed name) covers ``name``."""
     if field.startswith("|1|"):
-        try:
-            return bool(paramiko.HostKeys.hash_host(name, field) == field)
-        except (binascii.Error, IndexError):
-            return False
+        return _hashed_ok(field) and bool(paramiko.HostKeys.hash_host(name, field) == field)
     matched = False
     for pattern in field.split(","):
         negated = pattern.startswith("!")
@@ -84,6 +82,18 @@ def names_match(field: str, name: str) -> bool:
                 return False
             matched = True
     return matched
+
+
+def _hashed_ok(field: str) -> bool:
+    """Whether a hashed host field is ``|1|salt|hash`` with a 20-byte salt and hash, as OpenSSH
+    requires (it skips any other; paramiko asserts on the salt's length)."""
+    parts = field.split("|")
+    if len(parts) != 4:
+        return False
+    try:
+        return all(len(base64.b64decode(p, validate=True)) == 20 for p in parts[2:])
+    except binascii.Error:
+        return False
 
 
 def _parse(path: Path) -> list[_Entry]:
@@ -100,7 +110,7 @@ def _parse(path: Path) -> list[_Entry]:
             continue
         marker = fields.pop(0) if fields[0].startswith("@") else ""
         where = f"{path}:{lineno}"
-        if marker not in ("", _CA, _REVOKED) or len(fields) < 3:
+        if marker not in ("", _CA, _REVOKED) or len(fields) < 3 or (fields[0].startswith("|") and not _hashed_ok(fields[0])):
             log.debug("%s: skipped (not a known_hosts line OpenSSH reads)", where)
             continue
         try:

@@ -29,23 +29,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from launcher.errors import HostKeyError, InputError, RemoteError, UnreachableError, UsageError
+from launcher.addresses import address_problem, jump_hop, jump_problem, ssh_options, user_problem
+from launcher.errors import HostKeyError, InputError, RemoteError, UnreachableError, UsageError, brief
 from launcher.execute.command import Command, Token
 from launcher.execute.hostcert import CERT_SUFFIX
 from launcher.execute.hostkeys import KnownHosts, StrictPolicy, Trust, host_key_name
 from launcher.execute.sshlib import allow_match_exec, paramiko
 from launcher.execute.transport import CommandTimeout, Result, get_command, put_command
-from launcher.model import Host
+from launcher.model import Host, Source
 
 # paramiko logs every failed handshake at ERROR, traceback included; fleet reports those as
 # one-line UnreachableErrors, so its records must not reach the operator's terminal.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 log = logging.getLogger("fleet.execute")
+# `fleet -v`: each connection (or failed attempt) and command with its duration (INFO); `fleet
+# --debug`: also the whole text of each command that the one line shows by its header (DEBUG).
+trace = logging.getLogger("fleet.ssh")
 
 _PORT_VARS = ("ansible_port", "ansible_ssh_port")
 _READ_CHUNK = 65536
 _SEND_CHUNK = 32768
+_THREADS_END_S = 2.0  # close(): how long it waits for closed connections' threads to end
 _STDIN_POLL_S = 0.05  # paramiko's pipe does not signal send-window space, so poll while sending
 
 
@@ -54,12 +59,16 @@ class SshOptions:
     connect_timeout: float = 10.0  # TCP connect, or opening the channel through a jump host
     banner_timeout: float = 10.0  # banner + key exchange: a hung sshd accepts TCP, then is silent
     auth_timeout: float = 15.0
-    keepalive_s: int = 15
+    # Liveness while connected (see _Liveness): a keepalive request every keepalive_s; a host
+    # that answers none within dead_after_s is cut off and named unreachable, mid-command too.
+    keepalive_s: float = 10.0
+    dead_after_s: float = 15.0
     file_timeout: float = 300.0  # put / get
     ssh_config: str | None = "~/.ssh/config"  # None: ignore ssh config
     use_agent: bool = True
     look_for_keys: bool = True  # ~/.ssh/id_* when nothing else authenticates
     max_handshakes: int = 8  # concurrent key exchanges: CPU-bound on both ends
+    max_output: int = 1 << 30  # bytes read from one command's stdout or stderr (a hostile host's flood stops here)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,9 +103,34 @@ def load_ssh_config(path: str | None) -> paramiko.SSHConfig | None:
     if not full.is_file():
         return None
     config = paramiko.SSHConfig.from_path(str(full))
-    if _MATCH_EXEC.search(full.read_text(errors="replace")):
+    text = full.read_text(errors="replace")
+    _check_jumps(str(full), text)
+    if _MATCH_EXEC.search(text):
         allow_match_exec()
     return config
+
+
+_JUMP_LINE = re.compile(r"^(\s*proxyjump(?:\s*=\s*|\s+))(.*?)\s*$", re.IGNORECASE)
+# The tokens paramiko expands in ProxyJump, as stand-ins that pass the checks: what they expand
+# to (the inventory host's address and user) is checked where the host is loaded.
+_JUMP_TOKENS = {"%h": "h", "%n": "h", "%p": "22", "%r": "u"}
+
+
+def _check_jumps(path: str, text: str) -> None:
+    """Every ``ProxyJump`` line of an ssh config, refused at its line when it names a hop fleet
+    would not connect to (an address or user that is not a hostname, IP literal or user name):
+    before any host is contacted, whichever hosts the line applies to."""
+    for number, line in enumerate(text.splitlines(), 1):
+        m = _JUMP_LINE.match(line)
+        if m is None:
+            continue
+        value = m[2]
+        if len(value) >= 2 and value[0] == value[-1] == '"':
+            value = value[1:-1]
+        plain = re.sub(r"%[hnpr]", lambda t: _JUMP_TOKENS[t[0]], value)
+        why = jump_problem(plain)
+        if why is not None:
+            raise InputError(Source(path=path, line=number, col=len(m[1]) + 1), f"ProxyJump should be {why}, got {value!r}")
 
 
 def ssh_args(host: Host) -> dict[str, str]:
@@ -107,26 +141,11 @@ def ssh_args(host: Host) -> dict[str, str]:
         return {}
     where = f"{host.name}/ansible_ssh_common_args"
     try:
-        tokens = shlex.split(host.ssh_common_args)
+        out = ssh_options(host.ssh_common_args)
     except ValueError as err:
         raise InputError(host.source, f"cannot split {host.ssh_common_args!r}: {err}", where) from None
-    out: dict[str, str] = {}
-    for i, tok in enumerate(tokens):
-        nxt = tokens[i + 1] if i + 1 < len(tokens) else None
-        if tok == "-J" and nxt is not None:
-            out.setdefault("proxyjump", nxt)
-        elif tok.startswith("-J") and len(tok) > 2:
-            out.setdefault("proxyjump", tok[2:])
-        option = nxt if tok == "-o" else tok[2:] if tok.startswith("-o") else None
-        if not option:
-            continue
-        key, sep, value = option.partition("=")
-        if not sep:
-            key, _, value = option.strip().partition(" ")
-        key = key.strip().lower()
-        if key == "proxycommand":
-            raise InputError(host.source, "ProxyCommand is not supported; use ProxyJump", where)
-        out.setdefault(key, value.strip())
+    if "proxycommand" in out:
+        raise InputError(host.source, "ProxyCommand is not supported; use ProxyJump", where)
     return out
 
 
@@ -160,15 +179,7 @@ def _hop(
     """One ``[user@]host[:port]`` element of a ProxyJump list (``ssh://`` form accepted).  Its
     keys: IdentityFile from ssh config, else the target's key (bastions usually take the same
     key), then agent and default keys as for any host."""
-    text = spec.removeprefix("ssh://")
-    user, _, hostport = text.rpartition("@")
-    if hostport.startswith("["):
-        address, _, rest = hostport[1:].partition("]")
-        port_text = rest.removeprefix(":")
-    else:
-        address, _, port_text = hostport.partition(":")
-    if not address or (port_text and not port_text.isdigit()):
-        raise ValueError(spec)
+    user, address, port_text = jump_hop(spec)
     cfg = _config_for(config, address)
     return Endpoint(
         label=spec,
@@ -183,7 +194,13 @@ def _hop(
 
 def resolve(host: Host, config: paramiko.SSHConfig | None, known: KnownHosts) -> Endpoint:
     """The connection route of an inventory host (inventory values beat ssh config).  Raises
-    ``InputError`` for bad ssh settings."""
+    ``InputError`` for bad ssh settings, and for an address or user that could inject into
+    ssh_config's ``Match exec`` (paramiko expands ``%h``/``%r`` there unquoted; the inventory
+    loader refuses these too, this guards every other way a ``Host`` is made)."""
+    for value, problem, what in ((host.address, address_problem, "address"), (host.user, user_problem, "user")):
+        why = problem(value) if value is not None else None
+        if why is not None:
+            raise InputError(host.source, f"{what} should be {why}, got {value!r}", host.name)
     cfg = _config_for(config, host.address)
     args = ssh_args(host)
     if "proxycommand" in cfg:
@@ -249,7 +266,9 @@ class _Transport(paramiko.Transport):
 
 class SshConnector:
     """Opens and caches SSH connections; thread-safe.  ``close()`` ends every connection
-    (also those in use: their commands fail as unreachable) and refuses new ones."""
+    (also those in use: their commands fail as unreachable) and refuses new ones.  A failed
+    connect is not remembered: the next one tries again (``fleet watch`` relies on it; one
+    command's memory of its unreachable hosts is :mod:`launcher.execute.once`)."""
 
     def __init__(self, known_hosts: KnownHosts, options: SshOptions = SshOptions()) -> None:
         self.options = options
@@ -258,6 +277,7 @@ class SshConnector:
         self._lock = threading.Lock()
         self._route_locks: dict[tuple[object, ...], threading.Lock] = {}
         self._clients: dict[tuple[object, ...], paramiko.SSHClient] = {}
+        self._alive: dict[tuple[object, ...], _Liveness] = {}
         self._handshakes = threading.BoundedSemaphore(options.max_handshakes)
         self._closed = False
         self._said: set[str] = set()
@@ -267,6 +287,24 @@ class SshConnector:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def check_routes(self, hosts: Sequence[Host]) -> None:
+        """Every host's connection settings, resolved before any host is contacted: a problem
+        (a missing key file, a bad ProxyJump) is one :class:`InputError` for all the hosts it
+        concerns -- the first one's, naming how many more share it -- not a failure per host
+        and the warnings that cascade from each."""
+        problems: dict[str, list[InputError]] = {}
+        for host in hosts:
+            try:
+                resolve(host, self._config, self._known)
+            except InputError as err:
+                problems.setdefault(err.message, []).append(err)
+        for errors in problems.values():
+            first = errors[0]
+            if len(errors) == 1:
+                raise first
+            others = ", ".join(e.key_path.split("/")[0] for e in errors[1:])
+            raise InputError(first.source, f"{first.message} (also for {others})", first.key_path)
 
     def connect(self, host: Host) -> SshTransport:
         """The host's transport, connecting on first use.  Raises ``UnreachableError``,
@@ -281,7 +319,10 @@ class SshConnector:
             if first:
                 log.warning("%s", weakened)
             hop = hop.via
-        return SshTransport(host.name, self._client(endpoint), self.options)
+        client = self._client(endpoint)
+        with self._lock:
+            liveness = self._alive.get(endpoint.route)
+        return SshTransport(host.name, client, self.options, liveness)
 
     def endpoint(self, host: Host) -> Endpoint:
         """Where :meth:`connect` goes for ``host`` (for tools that open their own SSH, as
@@ -309,8 +350,20 @@ class SshConnector:
             self._closed = True
             clients = list(self._clients.values())
             self._clients.clear()
+            probes = list(self._alive.values())
+            self._alive.clear()
+        for probe in probes:
+            probe.stop()
+        transports = [t for t in (c.get_transport() for c in clients) if t is not None]
         for client in reversed(clients):  # targets before the jump hosts they ride on
             client.close()
+        # A closed connection's threads (paramiko's reader, our keepalive ones) end within
+        # ~0.1 s; a thread still running when the interpreter finalizes is ended by force in
+        # whatever native call it sits in (the suspected cause of one abort seen at the exit of
+        # a complete `fleet restart`), so the caller's exit waits for them, boundedly.
+        deadline = time.monotonic() + _THREADS_END_S
+        for thread in [*transports, *(t for probe in probes for t in probe.threads())]:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def _client(self, endpoint: Endpoint) -> paramiko.SSHClient:
         with self._lock:
@@ -324,12 +377,28 @@ class SshConnector:
             transport = client.get_transport() if client is not None else None
             if client is not None and transport is not None and transport.is_active():
                 return client
-            client = self._handshake(endpoint, self._open_socket(endpoint))
+            started = time.monotonic()
+            try:
+                client = self._handshake(endpoint, self._open_socket(endpoint))
+            except UnreachableError as err:
+                # -v shows the failed attempts too: what a dead host's waits cost, and how often.
+                trace.info("%s: no connection to %s:%s after %.2f s: %s", endpoint.label, endpoint.address,
+                           endpoint.port, time.monotonic() - started, err.reason)  # fmt: skip
+                raise
+            trace.info("%s: connected to %s:%s in %.2f s", endpoint.label, endpoint.address, endpoint.port,
+                       time.monotonic() - started)  # fmt: skip
+            transport = client.get_transport()
+            probe = _Liveness(transport, self.options) if transport is not None else None
             with self._lock:
                 if self._closed:
                     client.close()
                     raise UnreachableError(endpoint.label, "connections were closed (interrupted)")
                 self._clients[endpoint.route] = client
+                old = self._alive.pop(endpoint.route, None)
+                if probe is not None:
+                    self._alive[endpoint.route] = probe
+            if old is not None:
+                old.stop()
             return client
 
     def _open_socket(self, endpoint: Endpoint) -> socket.socket | paramiko.Channel:
@@ -416,22 +485,72 @@ class SshConnector:
         except (EOFError, OSError) as err:
             reason = f"{name} closed the connection during the SSH handshake ({err!r})"
         else:
-            transport = client.get_transport()
-            if transport is not None:
-                transport.set_keepalive(opts.keepalive_s)
             return client
         client.close()
         sock.close()
         raise UnreachableError(endpoint.label, reason)
 
 
+class _Liveness:
+    """Whether the host at the other end of one connection still answers: a keepalive request
+    (``keepalive@openssh.com``, which sshd answers at once, if only to refuse it) every
+    ``keepalive_s``; no answer within ``dead_after_s`` closes the connection, so a command
+    waiting on it fails at once as unreachable (``lost`` says why) instead of at its step
+    timeout.  A host whose packets are dropped, whose sshd is stopped, or that froze is named
+    within ``keepalive_s + dead_after_s`` however long its command could have run.  The
+    requests also keep NAT and firewall state alive on an idle connection."""
+
+    def __init__(self, transport: paramiko.Transport, options: SshOptions) -> None:
+        self.lost: str | None = None
+        self._transport = transport
+        self._every, self._within = options.keepalive_s, options.dead_after_s
+        self._stopped = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name="fleet-ssh-liveness", daemon=True)
+        self._asking: threading.Thread | None = None
+        self._watcher.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def threads(self) -> tuple[threading.Thread, ...]:
+        """The threads to wait for after ``stop`` and the connection's close."""
+        return (self._watcher,) if self._asking is None else (self._watcher, self._asking)
+
+    def _watch(self) -> None:
+        while not self._stopped.wait(self._every) and self._transport.is_active():
+            answered = threading.Event()
+            # global_request(wait=True) returns on the answer or when the transport closes,
+            # never at a deadline of its own: it waits in a thread of its own.
+            self._asking = threading.Thread(target=self._ask, args=(answered,), name="fleet-ssh-keepalive", daemon=True)
+            self._asking.start()
+            if not answered.wait(self._within) and not self._stopped.is_set() and self._transport.is_active():
+                self.lost = f"no answer to SSH keepalives within {self._within:g}s"
+                self._transport.close()
+                return
+
+    def _ask(self, answered: threading.Event) -> None:
+        try:
+            self._transport.global_request("keepalive@openssh.com", wait=True)
+        except (paramiko.SSHException, EOFError, OSError):
+            return  # the connection is closing: its commands say so
+        answered.set()
+
+
 class SshTransport:
     """One host's commands and files over its shared SSH connection."""
 
-    def __init__(self, host: str, client: paramiko.SSHClient, options: SshOptions) -> None:
+    def __init__(self, host: str, client: paramiko.SSHClient, options: SshOptions,
+                 liveness: _Liveness | None = None) -> None:  # fmt: skip
         self._host = host
         self._client = client
         self._options = options
+        self._liveness = liveness
+
+    def _lost(self, what: str, err: object = None) -> str:
+        """``what`` (the connection was lost) and why: the liveness probe's reason when it cut
+        the connection off, else ``err`` when given."""
+        why = (self._liveness.lost if self._liveness is not None else None) or err
+        return f"{what}: {why}" if why else what
 
     @property
     def host(self) -> str:
@@ -460,26 +579,39 @@ class SshTransport:
     def _exec(self, command: Command, shown: str, timeout: float, stdin: bytes) -> Result:
         """Run one command on a new session channel of the shared connection."""
         transport = self._client.get_transport()
+        # One line names the step (a script by its header line); --debug shows the whole command.
+        step, debug = brief(shown), f"{self._host}: the whole command:\n{shown}"
         if transport is None or not transport.is_active():
-            raise UnreachableError(self._host, f"connection lost before {shown}")
-        deadline = time.monotonic() + timeout
+            raise UnreachableError(self._host, self._lost(f"connection lost before {step}"), debug=debug)
+        started = time.monotonic()
+        deadline = started + timeout
         try:
-            channel = transport.open_session(timeout=min(timeout, self._options.connect_timeout))
+            # Opening the session is part of the command and gets its time: a host that stopped
+            # answering is cut off by the liveness probe (the open then fails at once, saying
+            # why), while a live host slow to open one (measured: >10 s on a loaded CI machine,
+            # mid-rollout) is no reason to abort.
+            channel = transport.open_session(timeout=timeout)
         except (paramiko.SSHException, EOFError, OSError) as err:
-            raise UnreachableError(self._host, f"cannot open a session for {shown}: {err}")
+            raise UnreachableError(self._host, self._lost(f"cannot open a session for {step}", err), debug=debug)
         try:
             channel.exec_command(command.shell_text())
-            stdout, stderr = _exchange(channel, stdin, deadline)
+            stdout, stderr = _exchange(channel, stdin, deadline, self._options.max_output)
             if not channel.status_event.wait(max(0.0, deadline - time.monotonic())):
                 raise TimeoutError
+        except _TooMuch as err:
+            raise RemoteError(self._host, step, None, f"sent more than {self._options.max_output} bytes on "
+                              f"{err}; fleet stopped reading it") from None  # fmt: skip
         except TimeoutError:
             raise CommandTimeout(self._host, shown, timeout) from None
         except (paramiko.SSHException, EOFError, OSError) as err:
-            raise UnreachableError(self._host, f"connection lost during {shown}: {err}")
+            raise UnreachableError(self._host, self._lost(f"connection lost during {step}", err), debug=debug)
         finally:
             channel.close()
         if channel.exit_status == -1 and not transport.is_active():
-            raise UnreachableError(self._host, f"connection lost during {shown}")
+            raise UnreachableError(self._host, self._lost(f"connection lost during {step}"), debug=debug)
+        trace.info("%s: %s: exit %s in %.2f s", self._host, step, channel.exit_status, time.monotonic() - started)
+        if step != shown:
+            trace.debug("%s", debug)
         return Result(host=self._host, command=shown, exit_status=channel.exit_status,
                       stdout=stdout, stderr=stderr)
 
@@ -490,9 +622,14 @@ class SshTransport:
         self._client.close()
 
 
-def _exchange(channel: paramiko.Channel, stdin: bytes, deadline: float) -> tuple[bytes, bytes]:
-    """Feed stdin and collect stdout/stderr until EOF; ``TimeoutError`` at the deadline.
-    Both streams are drained as data arrives, so neither can fill its window and stall."""
+class _TooMuch(Exception):
+    """A command's stream passed ``SshOptions.max_output``; the message names the stream."""
+
+
+def _exchange(channel: paramiko.Channel, stdin: bytes, deadline: float, limit: int) -> tuple[bytes, bytes]:
+    """Feed stdin and collect stdout/stderr until EOF; ``TimeoutError`` at the deadline,
+    ``_TooMuch`` past ``limit`` bytes on either stream.  Both streams are drained as data
+    arrives, so neither can fill its window and stall."""
     pending = memoryview(stdin)
     if not pending:
         channel.shutdown_write()
@@ -512,8 +649,12 @@ def _exchange(channel: paramiko.Channel, stdin: bytes, deadline: float) -> tuple
         poller.poll(int(wait * 1000) + 1)
         while channel.recv_ready():
             out += channel.recv(_READ_CHUNK)
+            if len(out) > limit:
+                raise _TooMuch("stdout")
         while channel.recv_stderr_ready():
             err += channel.recv_stderr(_READ_CHUNK)
+            if len(err) > limit:
+                raise _TooMuch("stderr")
         if channel.eof_received or channel.closed:
             if not channel.recv_ready() and not channel.recv_stderr_ready():
                 return bytes(out), bytes(err)

@@ -1,9 +1,9 @@
 # fleet collect (launcher/preflight/collect.py): one host's evidence as a tar.gz on stdout.
-# sh -c <this> fleet-collect DEPLOYMENT LOG_LINES NCCL_LINES GATHER_SCRIPT FLEET_ROOT SYSTEMD_DIR
+# sh -c <this> fleet-collect DEPLOYMENT LOG_LINES NCCL_LINES GATHER_SCRIPT FLEET_ROOT SYSTEMD_DIR MAX_BYTES
 # Everything goes to files in a private temp dir (removed on exit); stdout carries only the
-# final tar.gz; secrets.env files never enter it.
+# final tar.gz, at most MAX_BYTES of it; secrets.env files never enter it.
 set -u
-D=$1 N=$2 NL=$3 GATHER=$4 R=$5 SD=$6
+D=$1 N=$2 NL=$3 GATHER=$4 R=$5 SD=$6 MAXB=$7
 base=$(mktemp -d "${TMPDIR:-/tmp}/fleet-collect.XXXXXX") || { echo "mktemp failed" >&2; exit 1; }
 trap 'rm -rf "$base"' EXIT
 exec 3>&1 >"$base/collect.log" 2>&1
@@ -41,13 +41,24 @@ for u in $(printf '%s\n%s\n' "$cnames" "$dnames" | sort -u); do
     if grep -q '^NCCL_DEBUG=' "$envf" 2>/dev/null || grep -q '"NCCL_DEBUG=' "$d/docker-inspect.json"; then
       docker logs "$u" 2>&1 | grep -E 'NCCL (INFO|WARN|ERROR)|NCCL_' | tail -n "$NL" >"$d/nccl.log"
       ndf=$(sed -n 's/^NCCL_DEBUG_FILE=//p' "$envf" 2>/dev/null | tail -n 1 | tr -d "'\"")
-      if [ -n "$ndf" ]; then
-        pat=$(printf '%s' "$ndf" | sed 's/%[a-z]/*/g')
-        # The pattern reaches the container's shell as data ($2): expanded as a glob there (IFS
-        # empty: no word splitting), never parsed as shell text.
+      case "$ndf" in
+      ''|*'*'*|*'?'*|*'['*|*/..|*/../*|../*) [ -z "$ndf" ] || echo "not collected: NCCL_DEBUG_FILE=$ndf holds wildcards or '..'" >"$d/nccl-debug-files.txt" ;;
+      *)
+        # Only the unit's own log files: NCCL's %h/%p become '*' in the file name (find -name, no
+        # shell glob), in the value's directory as the container resolves it, which must be
+        # under /tmp, /var/tmp or /var/log or be its working directory (never /, /proc, /sys ...);
+        # regular files only, each's last NL lines.  Values reach the container's shell as data.
+        case "$ndf" in */*) dir=${ndf%/*}; dir=${dir:-/} ;; *) dir=. ;; esac
+        pat=$(printf '%s' "${ndf##*/}" | sed 's/%[a-z]/*/g')
         # shellcheck disable=SC2016 # the single-quoted text is the container shell's
-        run "$d/nccl-debug-files.txt" docker exec "$u" sh -c 'IFS=; for f in $2; do [ -f "$f" ] && { echo "== $f"; tail -n "$1" "$f"; }; done; true' fleet-nccl "$NL" "$pat"
-      fi
+        run "$d/nccl-debug-files.txt" docker exec "$u" sh -c '
+          w=$(pwd -P); cd "$1" 2>/dev/null || exit 0; r=$(pwd -P)
+          case "$r" in /tmp|/tmp/*|/var/tmp|/var/tmp/*|/var/log|/var/log/*) ;;
+          *) [ "$r" = "$w" ] && [ "$r" != / ] || { echo "not collected: $1 is $r, not a log directory"; exit 0; } ;; esac
+          find . -maxdepth 1 -type f -name "$2" -exec sh -c '"'"'n=$1; shift; for f; do echo "== $0/${f#./}"; tail -n "$n" "$f"; done'"'"' "$r" "$3" {} +
+        ' fleet-nccl "$dir" "$pat" "$NL"
+        ;;
+      esac
     fi
   else
     rm -f "$d/docker-inspect.json"
@@ -64,4 +75,4 @@ for u in $(printf '%s\n%s\n' "$cnames" "$dnames" | sort -u); do
 done
 find . -name 'secrets.env*' -exec rm -f {} + 2>/dev/null
 cp "$base/collect.log" ./collect.log 2>/dev/null
-tar -czf - . >&3
+tar -czf - . | head -c "$MAXB" >&3

@@ -1,17 +1,21 @@
 # fleet health wait (launcher/deploy/wait.py): the host polls its own units and answers when
-# they are up or one died.  Run as: sh -c <this> sh WINDOW_S STEP_S PROBE_TIMEOUT_S DOCKER_FORMAT
-# then one triple per unit: runtime ("docker"/"systemd"), docker name or systemd service, health
-# URL ("" for none).  IFS is a newline and globbing is off, so the name lists expand to exactly
-# one word per name (names never hold a newline); URLs are only ever used quoted.
-w=$1 step=$2 pt=$3 fmt=$4; shift 4
+# they are up or one died.  Run as: sh -c <this> sh WINDOW_S STEP_S PROBE_TIMEOUT_S RUNTIME_ARGS...
+# then one triple per unit: its runtime's name, the runtime's name of the unit, health URL ("" for
+# none).  wait.py puts every runtime's section (hostscripts/wait-<runtime>.sh: it takes its own
+# RUNTIME_ARGS, in the registry's order, and defines live_<runtime> NAME...) where the line
+# "# runtime sections" is.  IFS is a newline and globbing is off, so the name lists expand to
+# exactly one word per name (names never hold a newline); URLs are only ever used quoted.
+w=$1 step=$2 pt=$3; shift 3
 nl='
 '
 IFS=$nl; set -f
-dn='' sn='' n=0 url='' k=0 rt=''
+# runtime sections
+all='' rts='' n=0 url='' k=0 rt=''
 for a; do
   case $k in
-  0) rt=$a ;;
-  1) if [ "$rt" = docker ]; then dn=$dn$a$nl; else sn=$sn$a$nl; fi; n=$((n+1)) ;;
+  0) rt=$a
+     case $nl$rts in *"$nl$rt$nl"*) ;; *) rts=$rts$rt$nl ;; esac ;;
+  1) all=$all$rt' '$a$nl; n=$((n+1)) ;;
   2) if [ -z "$url" ]; then url=$a; fi ;;
   esac
   k=$(((k+1)%3))
@@ -41,33 +45,17 @@ probes() {
   done
 }
 live() {
-  bad=0 up=0 seen=0 dout='' sout=''
-  if [ -n "$dn" ]; then
+  bad=0 up=0 seen=0 rep=''
+  for rn in $rts; do
+    ns=''
+    for u in $all; do
+      case $u in "$rn "*) ns=$ns${u#"$rn "}$nl ;; esac
+    done
+    out=''
     # shellcheck disable=SC2086 # one word per name: IFS is a newline, globbing off
-    dout=$(docker inspect --type container -f "$fmt" $dn 2>&1)
-    for line in $dout; do
-      case $line in
-      /*"|running|"*"|0") up=$((up+1)) seen=$((seen+1)) ;;
-      /*"|created|"*"|0") seen=$((seen+1)) ;;
-      /*) bad=1 seen=$((seen+1)) ;;
-      esac
-    done
-  fi
-  if [ -n "$sn" ]; then
-    # shellcheck disable=SC2086 # as above
-    sout=$(systemctl show --property=Id,ActiveState,SubState,ExecMainStatus,NRestarts,LoadState $sn 2>&1) || {
-      st=$?; printf 'systemctl show: %s\n' "$sout" >&2; exit "$st"; }
-    for line in $sout; do
-      case $line in
-      ActiveState=active) up=$((up+1)) seen=$((seen+1)) ;;
-      ActiveState=activating) seen=$((seen+1)) ;;
-      ActiveState=*) bad=1 seen=$((seen+1)) ;;
-      SubState=auto-restart|LoadState=not-found) bad=1 ;;
-      NRestarts=|NRestarts=0) ;;
-      NRestarts=*) bad=1 ;;
-      esac
-    done
-  fi
+    "live_$rn" $ns
+    rep=$rep"fleet-wait:$rn$nl$out$nl"
+  done
   if [ "$seen" -lt "$n" ]; then bad=1; fi
 }
 end=$(($(date +%s)+w)) look=0
@@ -82,4 +70,4 @@ while :; do
   sleep "$step" 2>/dev/null || sleep 1
   look=$((look+1))
 done
-printf 'fleet-wait:docker\n%s\nfleet-wait:systemd\n%s\n%sfleet-wait:end\n' "$dout" "$sout" "$res"
+printf '%s%sfleet-wait:end\n' "$rep" "$res"

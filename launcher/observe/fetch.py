@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from launcher import hostscripts
-from launcher.deploy.remote import sh
+from launcher.remote import sh
 from launcher.errors import FleetError, HostKeyError
 from launcher.execute.fanout import Connector, Ok, Unreachable, run_all
 from launcher.execute.transport import Transport
@@ -59,27 +59,38 @@ def fetch(
 ) -> dict[tuple[str, str], str | FleetError]:
     """(host, unit) -> metrics text or error; an unreachable host's units get its error.  An
     unknown or changed host key refuses the whole read, as every fleet command does."""
-    by_host: dict[str, list[Endpoint]] = {}
+    by_host: dict[str, list[str]] = {}
     for ep in eps:
-        by_host.setdefault(ep.host, []).append(ep)
-    scope = [h for h in hosts if h.name in by_host]
-    result = run_all(scope, lambda h, t: _host(t, by_host[h.name]), connector=connector, forks=forks)
-    out: dict[tuple[str, str], str | FleetError] = {}
+        by_host.setdefault(ep.host, []).append(ep.url)
+    got = fetch_urls(hosts, by_host, connector, forks)
+    return {(ep.host, ep.unit): got[ep.host][ep.url] for ep in eps}
+
+
+def fetch_urls(
+    hosts: Sequence[Host], urls: Mapping[str, Sequence[str]], connector: Connector, forks: int
+) -> dict[str, dict[str, str | FleetError]]:
+    """host name -> URL -> body or error, each URL of ``urls[host]`` GET on that host (one
+    command per host, all hosts at once); an unreachable host's URLs get its error.  An unknown
+    or changed host key refuses the whole read."""
+    scope = [h for h in hosts if h.name in urls]
+    result = run_all(scope, lambda h, t: _host(t, urls[h.name]), connector=connector, forks=forks)
+    out: dict[str, dict[str, str | FleetError]] = {}
     for outcome in result.outcomes:
         name = outcome.host.name
         if isinstance(outcome, Unreachable) and isinstance(outcome.error, HostKeyError):
             raise outcome.error
-        for ep in by_host[name]:
+        mine: dict[str, str | FleetError] = {}
+        for url in urls[name]:
             if isinstance(outcome, Ok):
-                out[(name, ep.unit)] = outcome.value.get(ep.url) or FleetError(f"{name}: GET {ep.url}: no answer")
+                mine[url] = outcome.value.get(url) or FleetError(f"{name}: GET {url}: no answer")
             elif isinstance(outcome, Unreachable):
-                out[(name, ep.unit)] = outcome.error
+                mine[url] = outcome.error
             else:
-                out[(name, ep.unit)] = FleetError(f"{name}: {outcome.message}")
+                mine[url] = FleetError(f"{name}: {outcome.message}")
+        out[name] = mine
     return out
 
 
-def _host(t: Transport, eps: Sequence[Endpoint]) -> Mapping[str, str | FleetError]:
-    urls = [ep.url for ep in eps]
+def _host(t: Transport, urls: Sequence[str]) -> Mapping[str, str | FleetError]:
     result = t.run(fetch_argv(urls), timeout=TIMEOUT_S * len(urls) + 10)
     return parse(result.stdout_text)

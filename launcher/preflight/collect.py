@@ -10,8 +10,11 @@ temp dir on the host and streams it back as a tar.gz on stdout (binary-safe, one
   ``fleet.deployment=<name>`` and directories under ``/etc/fleet/<name>/``, so units gone from
   the plan are collected too): ``docker logs --tail N``, ``docker inspect``, NCCL's debug lines
   when the unit's env sets ``NCCL_DEBUG`` (and its ``NCCL_DEBUG_FILE`` files when the container
-  runs), ``journalctl``/``systemctl status`` for systemd units, and the rendered files under
-  ``/etc/fleet/<name>/<unit>/`` — never ``secrets.env``.
+  runs: only in the value's own directory, which must resolve under /tmp, /var/tmp, /var/log or
+  be the container's working directory, with NCCL's ``%h``/``%p`` the only wildcards),
+  ``journalctl``/``systemctl status`` for systemd units, and the rendered files under
+  ``/etc/fleet/<name>/<unit>/`` — never ``secrets.env``, and of ``env`` only its names
+  (``env.names``).
 
 The control node rewrites that into ``<root>/<host>/...`` and ``<root>/<host>/<unit>/...``
 (``<root>`` = ``fleet-collect-<deployment>-<UTC time>``), adds ``facts.json`` per host,
@@ -19,34 +22,41 @@ The control node rewrites that into ``<root>/<host>/...`` and ``<root>/<host>/<u
 unreachable or failed: recorded, never fatal).  Secret hygiene on the way: members named
 ``secrets.env*`` are dropped even if the host sent them, and in ``docker inspect`` the values of
 the playbook's secrets and of env names that look secret (TOKEN, SECRET, PASSWORD, ...) are
-masked.
+masked, and so is any value equal to one of the deployment's secrets as this control host reads
+them (under any name, and wherever else it occurs: Cmd, labels, logs, rendered files).  The bundle is written 0600; at most :data:`MAX_HOST_BYTES` of one host's stream is
+read there and unpacked here (a gzip bomb stops at the bound, noted in ``TRUNCATED.txt``).
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
 import re
+import shlex
 import tarfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 from launcher import hostscripts
 from launcher.config.recipes import Catalog
 from launcher.errors import ExitCode, FleetError
 from launcher.execute.fanout import DEFAULT_FORKS, Connector, Ok, Unreachable, run_all
 from launcher.execute.transport import Transport
+from launcher.limit import limit_hosts
 from launcher.model import Host, Inventory, Plan, Playbook
-from launcher.output import MASK
+from launcher.output import MASK, mask
 from launcher.pipeline import Inputs, claimed_hosts, planned
 from launcher.plan import deployment_name, to_jsonable
-from launcher.preflight import facts
-from launcher.preflight.run import failure, outcome_reason
-from launcher.render import FLEET_ROOT, SYSTEMD_DIR
+from launcher.facts import host as facts
+from launcher.facts.gather import failure, outcome_reason
+from launcher.render import FLEET_ROOT
+from launcher.runtimes.systemd import SYSTEMD_DIR
 
 DEFAULT_TAIL = 2000
+MAX_HOST_BYTES = 256 << 20  # unpacked from one host's stream; the host's own stream is cut at the same size
 NCCL_LINES = 20000
 COLLECT_TIMEOUT_S = 600.0
 _SECRETISH = re.compile(r"TOKEN|SECRET|PASSW|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL", re.I)
@@ -81,14 +91,18 @@ class CollectReport:
         return ExitCode.FAILED if good == 0 else ExitCode.PARTIAL
 
 
-def redact_inspect(text: str, secret_names: frozenset[str]) -> str:
-    """``docker inspect`` JSON with the values of secret env entries masked."""
+def redact_inspect(text: str, secret_names: frozenset[str], secret_values: Collection[str] = ()) -> str:
+    """``docker inspect`` JSON with the values of secret env entries masked: by name (the
+    playbook's secrets, names that look secret) and by value (an entry whose value is one of
+    ``secret_values``, whatever its name); any other string holding such a value (Cmd, Args,
+    Labels) has it masked where it occurs."""
     try:
         doc = json.loads(text)
     except ValueError:
-        return text
+        return mask(text, secret_values)
     if not isinstance(doc, list):
-        return text
+        return mask(text, secret_values)
+    values = frozenset(v for v in secret_values if v)
     for item in doc:
         config = item.get("Config") if isinstance(item, dict) else None
         if not isinstance(config, dict):
@@ -97,10 +111,29 @@ def redact_inspect(text: str, secret_names: frozenset[str]) -> str:
         if isinstance(env, list):
             masked = []
             for entry in env:
-                name, sep, _ = str(entry).partition("=")
-                masked.append(f"{name}={MASK}" if sep and (name in secret_names or _SECRETISH.search(name)) else entry)
+                name, sep, value = str(entry).partition("=")
+                secret = name in secret_names or _SECRETISH.search(name) or value in values
+                masked.append(f"{name}={MASK}" if sep and secret else entry)
             config["Env"] = masked
-    return json.dumps(doc, indent=1)
+    return json.dumps(_masked_strings(doc, values), indent=1)
+
+
+def _masked_strings(node: Any, values: frozenset[str]) -> Any:
+    """``node`` (parsed JSON) with every secret value inside its strings (keys too) masked."""
+    if isinstance(node, str):
+        return mask(node, values)
+    if isinstance(node, list):
+        return [_masked_strings(v, values) for v in node]
+    if isinstance(node, dict):
+        return {mask(k, values): _masked_strings(v, values) for k, v in node.items()}
+    return node
+
+
+def _masked_bytes(data: bytes, values: Collection[str]) -> bytes:
+    """``data`` with every secret value (as UTF-8, longest first) replaced by the mask."""
+    for value in sorted({v for v in values if v}, key=len, reverse=True):
+        data = data.replace(value.encode(), MASK.encode())
+    return data
 
 
 def _member_path(name: str) -> tuple[str, ...] | None:
@@ -119,11 +152,23 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes, mtime: float, mode:
     tar.addfile(info, io.BytesIO(data))
 
 
+def env_names(text: str) -> str:
+    """An env file (``NAME=<shell-quoted value>`` lines, values may span lines) as its names,
+    one a line: what the bundle keeps of it."""
+    try:
+        words = shlex.split(text, comments=True)
+    except ValueError:
+        return "(unreadable env file)\n"
+    return "".join(f"{w.partition('=')[0]}\n" for w in words if "=" in w)
+
+
 def _unpack_host(tar: tarfile.TarFile, root: str, host: str, blob: bytes, secret_names: frozenset[str],
-                 now: float) -> tuple[tuple[str, ...], int]:
-    """Adds one host's stream under ``root/host``; returns (units found, files added)."""
+                 secret_values: Collection[str], now: float) -> tuple[tuple[str, ...], int]:
+    """Adds one host's stream under ``root/host``; returns (units found, files added).  At most
+    :data:`MAX_HOST_BYTES` of it is unpacked (a gzip bomb stops there, noted in the bundle)."""
     units: set[str] = set()
     files = 0
+    budget = MAX_HOST_BYTES
     with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as remote:
         for member in remote:
             parts = _member_path(member.name)
@@ -131,6 +176,12 @@ def _unpack_host(tar: tarfile.TarFile, root: str, host: str, blob: bytes, secret
                 continue
             if parts[-1].startswith("secrets.env"):
                 continue  # never, whatever the host sent
+            if member.size > budget:
+                _add_bytes(tar, f"{root}/{host}/TRUNCATED.txt", f"{member.name} and what followed it: over the "
+                           f"{MAX_HOST_BYTES} bytes fleet unpacks per host\n".encode(), now)  # fmt: skip
+                files += 1
+                break
+            budget -= member.size
             if parts[0] == "units" and len(parts) >= 3 and _SAFE_NAME.fullmatch(parts[1]):
                 units.add(parts[1])
                 dest = (parts[1], *parts[2:])
@@ -141,9 +192,14 @@ def _unpack_host(tar: tarfile.TarFile, root: str, host: str, blob: bytes, secret
             src = remote.extractfile(member)
             if src is None:
                 continue
-            data = src.read()
+            data = src.read(member.size)
+            if dest[-1] == "env":  # the unit's env file: names only, never a value
+                dest = (*dest[:-1], "env.names")
+                data = env_names(data.decode("utf-8", "replace")).encode()
             if dest[-1] == "docker-inspect.json":
-                data = redact_inspect(data.decode("utf-8", "replace"), secret_names).encode()
+                data = redact_inspect(data.decode("utf-8", "replace"), secret_names, secret_values).encode()
+            else:  # logs, NCCL lines, rendered files: a secret's value is masked wherever it shows
+                data = _masked_bytes(data, secret_values)
             if dest == ("facts.txt",):
                 parsed = facts.parse_facts(data.decode("utf-8", "replace"))
                 _add_bytes(tar, f"{root}/{host}/facts.json",
@@ -158,7 +214,7 @@ def _collect_one(deployment: str, tail: int) -> Callable[[Host, Transport], byte
     def one(host: Host, transport: Transport) -> bytes:
         gather = facts.gather_script((host.spec.models_dir, host.spec.cache_dir))
         argv = ("sh", "-c", COLLECT_SCRIPT, "fleet-collect", deployment, str(tail), str(NCCL_LINES), gather,
-                FLEET_ROOT, SYSTEMD_DIR)  # fmt: skip
+                FLEET_ROOT, SYSTEMD_DIR, str(MAX_HOST_BYTES))  # fmt: skip
         result = transport.run(argv, timeout=COLLECT_TIMEOUT_S)
         if not result.stdout.startswith(b"\x1f\x8b"):
             raise failure(result, "collect script")
@@ -176,8 +232,13 @@ def collect(
     tail: int = DEFAULT_TAIL,
     forks: int = DEFAULT_FORKS,
     now: float | None = None,
+    limit: str | None = None,
+    secret_values: Collection[str] = (),
 ) -> CollectReport:
-    """Collect from every host the playbook's placements match and write ``out_path``."""
+    """Collect from every host the playbook's placements match (``limit``: those of them a
+    ``--limit`` pattern matches; parts of groups too) and write ``out_path``.  ``secret_values``:
+    the deployment's secrets as this control host reads them, masked wherever they occur in what
+    the hosts send (env entries of any name, logs, rendered files)."""
     now = time.time() if now is None else now
     deployment = deployment_name(playbook.name)
     root = f"fleet-collect-{deployment}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}"
@@ -189,18 +250,22 @@ def collect(
         plan_error = str(err)
     plan_doc = to_jsonable(the_plan) if the_plan is not None else None
     hosts = claimed_hosts(inventory, playbook, the_plan)  # without a plan: the placement hosts
+    hosts = limit_hosts(inventory, hosts, limit, what=f"deployment {deployment}")
     secret_names = frozenset(s.name for s in playbook.secrets)
     result = run_all(hosts, _collect_one(deployment, tail), connector=connector, forks=forks)
     outcomes: list[HostOutcome] = []
     path = Path(out_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.partial")
-    with tarfile.open(tmp, "w:gz") as tar:
+    # 0600 from the start: the bundle holds logs, env names and inspect output of every unit.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    os.fchmod(fd, 0o600)  # a leftover .partial of another mode
+    with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
         for o in result.outcomes:
             name = o.host.name
             if isinstance(o, Ok):
                 try:
-                    units, count = _unpack_host(tar, root, name, o.value, secret_names, now)
+                    units, count = _unpack_host(tar, root, name, o.value, secret_names, secret_values, now)
                     outcomes.append(HostOutcome(host=name, status="ok", units=units, files=count))
                 except (tarfile.TarError, OSError, EOFError) as err:
                     outcomes.append(HostOutcome(host=name, status="failed", error=f"bad archive: {err}"))

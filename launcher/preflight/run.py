@@ -1,8 +1,7 @@
 """Running preflight on the hosts: facts, plan with them, probes, reachability, verdict.
 
-:func:`gather_facts` is ``fleet facts``: one SSH round per host (the gather script), each
-result parsed, timed for the clock offset and cached (:mod:`launcher.preflight.facts_cache`).
-:func:`run_preflight` is ``fleet preflight`` and the gate ``fleet up`` runs by default:
+:func:`run_preflight` is ``fleet preflight`` and the gate ``fleet up`` runs by default (the
+facts round is :func:`launcher.facts.gather.gather_facts`, ``fleet facts``):
 
 1. facts from every host the playbook's placements match (one round);
 2. the plan, made with those facts (``gid_index: auto`` resolves here);
@@ -10,7 +9,9 @@ result parsed, timed for the clock offset and cached (:mod:`launcher.preflight.f
    the image with the rendered flags);
 4. the reachability round: detached listeners on rank-0 hosts, one client run per other rank,
    then the listeners are killed (also on errors and Ctrl-C);
-5. :func:`launcher.preflight.checks.evaluate`.
+5. the KV-transport round of a PD plan (:mod:`launcher.preflight.kvprobe`: the transfer
+   library read across each prefill/decode host pair, inside the deployment's image);
+6. :func:`launcher.preflight.checks.evaluate`, with the KV-transport checks after it.
 
 Nothing here starts a unit.  ``level="cheap"`` (what ``fleet up`` runs) does everything but hash
 the weights against ``fleet.sha256``; ``level="full"`` hashes them too.
@@ -19,7 +20,7 @@ the weights against ``fleet.sha256``; ``level="full"`` hashes them too.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -28,13 +29,16 @@ from launcher.errors import ExitCode, FleetError, HostKeyError, PlanError, Remot
 from launcher.execute.fanout import DEFAULT_FORKS, Connector, Failed, FanoutResult, Ok, Unreachable, run_all
 from launcher.execute.transport import Result, Transport
 from launcher.model import Host, Inventory, Plan, Playbook, Recipe, Unit
-from launcher.pipeline import claimed_hosts, load_inputs
-from launcher.plan import deployment_name, plan, reshaped
-from launcher.preflight import checks, facts_cache
-from launcher.preflight.checks import Check, Level, ProbeResults, Reach, ReachTarget
-from launcher.preflight.facts import HostFacts, gather_script
+from launcher.limit import refuse_split
+from launcher.pipeline import Inputs, limit_checked, load_inputs, plan_with
+from launcher.plan import deployment_name, reshaped
+from launcher.facts import cache as facts_cache
+from launcher.facts.gather import FactsRound, failure, gather_facts, outcome_reason
+from launcher.facts.host import HostFacts
+from launcher.preflight import checks, kvprobe
+from launcher.preflight.rules.base import Check, Level, ProbeResults, Reach, ReachTarget
+from launcher.preflight.rules.images import ImagePrograms
 
-GATHER_TIMEOUT_S = 120.0
 PROBE_TIMEOUT_S = 600.0
 FULL_PROBE_TIMEOUT_S = 6 * 3600.0  # hashing hundreds of GB of weights
 REACH_TIMEOUT_S = 30.0
@@ -43,73 +47,6 @@ Note = Callable[[str], None]
 
 def _quiet(_: str) -> None:
     pass
-
-
-def failure(result: Result, label: str) -> RemoteError:
-    """The error of a probe that printed nothing usable, named by ``label`` (never the whole
-    script): exit status and the last stderr line."""
-    tail = result.stderr_text.strip() or result.stdout_text.strip()
-    return RemoteError(result.host, label, result.exit_status, tail[-500:])
-
-
-def outcome_reason(outcome: Unreachable | Failed) -> str:
-    """One line: why a host has no result (without the host name prefix)."""
-    if isinstance(outcome, Unreachable):
-        err = outcome.error
-        return err.reason if isinstance(err, UnreachableError) else str(err).removeprefix(f"{outcome.host.name}: ")
-    return outcome.message.removeprefix(f"{outcome.host.name}: ")
-
-
-# ---------------------------------------------------------------------------------------------
-# Facts
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FactsRound:
-    entries: Mapping[str, facts_cache.Cached]  # host -> fresh facts, inventory order
-    unreachable: Mapping[str, str] = field(default_factory=dict)  # host -> why
-    order: tuple[str, ...] = ()  # every host asked, inventory order
-
-    @property
-    def facts(self) -> dict[str, HostFacts]:
-        return facts_cache.facts_of(self.entries)
-
-    @property
-    def exit_code(self) -> ExitCode:
-        if not self.unreachable:
-            return ExitCode.OK
-        return ExitCode.PARTIAL if self.entries else ExitCode.FAILED
-
-
-def _gather_one(host: Host, transport: Transport) -> facts_cache.Cached:
-    script = gather_script((host.spec.models_dir, host.spec.cache_dir))
-    sent = time.time()
-    result = transport.run(("sh", "-c", script), timeout=GATHER_TIMEOUT_S)
-    received = time.time()
-    if not result.stdout_text.strip():
-        raise failure(result, "facts gather script")
-    return facts_cache.entry(host, result.stdout_text, sent, received)
-
-
-def gather_facts(inventory: Inventory, hosts: Sequence[Host], connector: Connector, *,
-                 forks: int = DEFAULT_FORKS, cache: bool = True) -> FactsRound:
-    """One gather round on ``hosts``; fresh entries are written to the facts cache."""
-    result = run_all(hosts, _gather_one, connector=connector, forks=forks)
-    entries: dict[str, facts_cache.Cached] = {}
-    unreachable: dict[str, str] = {}
-    for outcome in result.outcomes:
-        if isinstance(outcome, Ok):
-            entries[outcome.host.name] = outcome.value
-            if cache:
-                facts_cache.store(inventory, outcome.value)
-        elif isinstance(outcome, Unreachable) and isinstance(outcome.error, HostKeyError):
-            # An unknown or changed host key is a refusal, not a flaky host: stop before
-            # anything runs anywhere, as every other command does (exit 2).
-            raise outcome.error
-        else:
-            unreachable[outcome.host.name] = outcome_reason(outcome)
-    return FactsRound(entries=entries, unreachable=unreachable, order=tuple(h.name for h in hosts))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -149,7 +86,7 @@ def _plan_error_check(err: PlanError, inventory: Inventory) -> Check:
 
 
 def _probe_host(host: Host, transport: Transport, paths: tuple[str, ...], images: tuple[Unit, ...],
-                level: Level, programs: checks.ImagePrograms, deployment: str) -> checks.HostProbe:
+                level: Level, programs: ImagePrograms, deployment: str) -> checks.HostProbe:
     script = checks.host_probe_script(paths, images, level, programs, deployment)
     timeout = FULL_PROBE_TIMEOUT_S if level == "full" else PROBE_TIMEOUT_S
     result = transport.run(("sh", "-c", script), timeout=timeout)
@@ -268,23 +205,35 @@ def run_preflight(
     forks: int = DEFAULT_FORKS,
     note: Note = _quiet,
     cache: bool = True,
+    limit: str | None = None,
 ) -> PreflightReport:
     """Facts, plan, probes and checks for ``playbook``.  Never starts a unit.  ``connector``
     is an :class:`~launcher.execute.ssh.SshConnector` (or any fan-out connector); its
-    connections stay open for the caller (``fleet up`` reuses them)."""
+    connections stay open for the caller (``fleet up`` reuses them).  ``limit``: a ``--limit``
+    pattern (see :mod:`launcher.limit`): only its hosts are asked and checked (whole groups);
+    the others are planned with their cached facts, and the report's plan is the whole one."""
     recipe: Recipe = catalog.get(playbook.recipe)
     deployment = deployment_name(playbook.name)
-    hosts = claimed_hosts(inventory, playbook)
+    inputs = Inputs(inventory=inventory, catalog=catalog, playbook=playbook)
+    hosts = limit_checked(inputs, limit)
+    chosen = {h.name for h in hosts}
     note(f"preflight: gathering facts from {len(hosts)} host(s)")
     gathered = gather_facts(inventory, hosts, connector, forks=forks, cache=cache)
     facts = gathered.facts
+    if limit is not None:  # the hosts left out are planned as the last gather saw them
+        facts = {**{h: f for h, f in facts_cache.load_facts(inventory).items() if h not in chosen}, **facts}
     try:
-        the_plan = plan(inventory, catalog, playbook, facts)
+        whole = plan_with(inputs, facts)
     except PlanError as err:
-        found = (_plan_error_check(err, inventory),
-                  *checks.evaluate_hosts(hosts, recipe, facts, gathered.unreachable, playbook))
+        found = checks.with_paths((_plan_error_check(err, inventory),
+                                   *checks.evaluate_hosts(hosts, recipe, facts, gathered.unreachable, playbook)),
+                                  playbook.path, inventory.path)  # fmt: skip
         return PreflightReport(deployment=deployment, recipe=recipe.id, plan=None, facts=facts, checks=found)
     recipe = reshaped(recipe, playbook.overrides)  # the shape the plan placed (it checked the overrides)
+    the_plan = whole
+    if limit is not None:
+        refuse_split(((u.group, u.host) for u in whole.units), chosen)
+        the_plan = replace(whole, units=tuple(u for u in whole.units if u.host in chosen))
 
     unit_hosts = [h for h in inventory.hosts if any(u.host == h.name for u in the_plan.units)]
     probe_hosts = [h for h in unit_hosts if h.name in gathered.entries]
@@ -325,8 +274,11 @@ def run_preflight(
         },
         errors=errors,
     )
-    found = checks.evaluate(the_plan, inventory, recipe, facts, probes, gathered.unreachable)
-    return PreflightReport(deployment=deployment, recipe=recipe.id, plan=the_plan, facts=facts, checks=found)
+    transport = kvprobe.probe(the_plan, inventory, recipe, connector, forks,
+                              lambda h: h in host_probes and facts.get(h) is not None, note)  # fmt: skip
+    found = checks.with_paths((*checks.evaluate(the_plan, inventory, recipe, facts, probes, gathered.unreachable),
+                               *transport), playbook.path, inventory.path)  # fmt: skip
+    return PreflightReport(deployment=deployment, recipe=recipe.id, plan=whole, facts=facts, checks=found)
 
 
 def run_preflight_paths(playbook_path: str | Path, inventory_path: str | Path, connector: Connector,

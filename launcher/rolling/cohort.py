@@ -8,7 +8,10 @@ prefills, decodes, Mooncake master and its own PD router), behind a *front* rout
 mode whose workers are cohort routers:
 
 1. the new cohort comes up on the ``--surge`` hosts (the playbook's placement mapped host for
-   host onto them) through the deploy layer, and is gated on health; it serves nothing yet;
+   host onto them) through the deploy layer, and is gated on health and, where the decode
+   counts KV transfers, on ``up``'s PD canary through the cohort's own router
+   (:mod:`launcher.deploy.crossing`: the KV must cross; a rollback's revived cohort gets the
+   same canary); it serves nothing yet;
 2. its router is registered in every front router that holds the serving cohort's router, and
    waited for until healthy;
 3. the serving cohort's router is deregistered from the front routers: new requests now reach
@@ -33,13 +36,14 @@ import dataclasses
 from typing import Callable, Mapping, Sequence
 
 from launcher.config.patterns import select
-from launcher.deploy import orchestrate
+from launcher.deploy import crossing, orchestrate
+from launcher.deploy.crossing import Crossing
 from launcher.deploy.desired import Desired, groups as desired_groups, secrets_file, step_of
 from launcher.deploy.manifest import Manifest
 from launcher.deploy.orchestrate import Options
 from launcher.deploy.secrets import resolve
 from launcher.deploy.session import Connect, DeploySession, Target, on_interrupt, stop_wave, unsettled
-from launcher.deploy.steps import MISSING
+from launcher.runtimes.base import MISSING
 from launcher.deploy.survey import Survey, decide, survey_host
 from launcher.errors import FleetError, UsageError
 from launcher.execute.transport import Transport
@@ -49,7 +53,8 @@ from launcher.pipeline import Inputs, deployment, target_of
 from launcher.rolling import restore
 from launcher.rolling.batches import plan_roll
 from launcher.rolling.roll import Action, GroupOutcome, GroupReport, RollOptions, RollReport
-from launcher.rolling.router_api import HostHttp, RouterClient, RouterError, drain, inflight
+from launcher.hosthttp import HostHttp
+from launcher.rolling.router_api import RouterClient, RouterError, drain, inflight
 
 RETIRE_ORDER = {"decode": 0, "prefill": 1, "single": 1, "rank": 1, "gateway": 2, "router": 3, "mooncake-master": 4}
 
@@ -152,29 +157,47 @@ def switch(
         if action == "restart":
             up = orchestrate.up(new, connect, Options(forks=options.forks, timeout_s=options.timeout_s,
                                                       break_lock=options.break_lock), progress)  # fmt: skip
+            canary = up.crossing
             if up.errors:
                 errors += [f"new cohort on {hosts}: {e}" for e in up.errors]
                 errors += _remove(new, connect, options, progress, action, at_once=True)
                 errors.append("rollout halted: the new cohort was removed; the serving cohort was never touched")
-                return _report(target, new, rp.batches, "unchanged", "failed", notes, errors, action)
+                return _report(target, new, rp.batches, "unchanged", "failed", notes, errors, action, canary)
         else:
             err = _revive(new, connect, options, progress)
+            canary = _cross(new, connect, options, progress) if err is None else None
+            if err is None and canary is not None and not canary.ok:
+                err = FleetError(canary.error)
             if err is not None:
                 errors.append(mask(f"previous cohort on {hosts}: {err}", secrets))
                 errors += _remove(new, connect, options, progress, action, at_once=True)
                 errors.append("rollback halted: the serving cohort was never touched")
-                return _report(target, new, rp.batches, "unchanged", "failed", notes, errors, action)
+                return _report(target, new, rp.batches, "unchanged", "failed", notes, errors, action, canary)
+    if canary is not None:
+        notes.append(f"new cohort on {hosts}: {canary.evidence()}")
 
     def finish() -> None:
         progress.note(f"interrupted after traffic began moving to the cohort on {hosts}: finishing the switch first "
                       f"(Ctrl-C again stops now; the same command run again then finishes it)")  # fmt: skip
         _settle("finishing the switch",
-                lambda: _move(target, new, fronts, connect, options, progress, rp.batches, notes, action).errors)  # fmt: skip
+                lambda: _move(target, new, fronts, connect, options, progress, rp.batches, notes, action,
+                              canary).errors)  # fmt: skip
         progress.note(f"the switch finished: the cohort on {hosts} serves ({done})")
 
     # 2.-4.
     with on_interrupt(finish):
-        return _move(target, new, fronts, connect, options, progress, rp.batches, notes, action)
+        return _move(target, new, fronts, connect, options, progress, rp.batches, notes, action, canary)
+
+
+def _cross(new: Target, connect: Connect, options: RollOptions, progress: Progress) -> Crossing | None:
+    """``up``'s PD canary on a cohort that came up by other means (a rollback's revived one);
+    None where the decode counts no KV transfers."""
+    if not crossing.applies(new.units):
+        return None
+    with DeploySession(new, connect, forks=options.forks, progress=progress) as session:
+        session.require_all()
+        progress.note("PD canary: one request through the cohort's router, the KV transfer read on the decode")
+        return crossing.cross(session.transports, new.units)
 
 
 def _settle(what: str, clean_up: Callable[[], Sequence[str]]) -> None:
@@ -249,6 +272,7 @@ def _move(
     batches: tuple[tuple[str, ...], ...],
     notes: list[str],
     action: Action,
+    canary: Crossing | None = None,
 ) -> RollReport:
     """Steps 2-4; idempotent (run again after Ctrl-C, or to resume): in the fronts that still
     hold the old cohort's router, registers the new one where missing and then deregisters the
@@ -273,7 +297,7 @@ def _move(
                 pass
         errors += _remove(new, connect, options, progress, action)
         errors.append("rollout halted: the new cohort was removed; the serving cohort was never touched")
-        return _report(target, new, batches, "unchanged", "failed", list(notes), errors, action)
+        return _report(target, new, batches, "unchanged", "failed", list(notes), errors, action, canary)
     for f in serving:
         f.remove(old_url)
         f.wait(old_url, present=False, timeout_s=options.register_timeout_s)
@@ -284,7 +308,7 @@ def _move(
     left_notes = list(notes)
     errors += [mask(e, secrets) for e in _retire(target, connect, options, progress, left_notes)]
     return _report(target, new, batches, "retired", "restarted" if action == "restart" else "rolled-back",
-                   left_notes, errors, action)  # fmt: skip
+                   left_notes, errors, action, canary)  # fmt: skip
 
 
 def _revive(new: Target, connect: Connect, options: RollOptions, progress: Progress) -> FleetError | None:
@@ -356,7 +380,7 @@ def _retire(target: Target, connect: Connect, options: RollOptions, progress: Pr
             notes.append(f"drain timeout: still in flight at retire: {late}")
         # A rank whose peer stopped first would die and be restarted by docker (restart
         # policy) into a rendezvous that may not honor SIGTERM: no restarts while retiring.
-        session.hold([(m.host, "docker", m.unit) for m in manifests if m.runtime == "docker"])
+        session.hold([(m.host, m.runtime, m.unit) for m in manifests])
         # Per role step, serving ranks first (see stop_wave).
         for step in sorted({(RETIRE_ORDER.get(m.role, 5), stop_wave(m.rank)) for m in manifests}):
             batch = [m for m in manifests if (RETIRE_ORDER.get(m.role, 5), stop_wave(m.rank)) == step]
@@ -374,6 +398,7 @@ def _report(
     notes: list[str],
     errors: list[str],
     action: Action,
+    canary: Crossing | None = None,
 ) -> RollReport:
     rows = []
     for who, t, outcome in (("old cohort", old, old_outcome), ("new cohort", new, new_outcome)):
@@ -385,4 +410,4 @@ def _report(
         notes.append(f"deployment {new.deployment} now serves from {where}: set the playbook's placement to these hosts "
                      f"(the old hosts keep the previous generation in prev/ for fleet rollback --surge)")  # fmt: skip
     return RollReport(deployment=old.deployment, action=action, batches=batches, groups=tuple(rows),
-                      notes=tuple(notes), errors=tuple(errors))  # fmt: skip
+                      notes=tuple(notes), errors=tuple(errors), crossing=canary)  # fmt: skip

@@ -4,7 +4,7 @@ second rollback goes forward again.
 
 Contract: builders are pure; :func:`read_prev` and :func:`swap` do one round trip each.  The
 secrets file is never kept in ``prev/``; the unit's current ``secrets.env`` stays in place.
-Start commands are render's (:func:`launcher.render.unit_commands`).
+Start commands are the runtime's, as render built them (``Runtime.commands``).
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ from typing import Sequence
 from launcher import hostscripts
 from launcher.deploy.desired import Desired
 from launcher.deploy.manifest import MANIFEST, Manifest, parse
-from launcher.deploy.remote import check, sh
+from launcher.remote import check, sh
 from launcher.errors import FleetError
 from launcher.execute.transport import Transport
 from launcher.output import Event, Progress
-from launcher.render import SECRETS_FILE, unit_commands
+from launcher.render import SECRETS_FILE
+from launcher.runtimes import registry as runtimes
 
 PREV = "prev"
 NEXT = "next"
@@ -60,7 +61,7 @@ def swap_in_prev(t: Transport, host: str, unit_dir: str, current: Sequence[str])
 
 def start_argvs(m: Manifest, unit_dir: str) -> tuple[tuple[str, ...], ...]:
     """How render starts the generation ``m`` describes (its files are in ``unit_dir``)."""
-    return unit_commands(m.unit, m.runtime, unit_dir).start
+    return runtimes.get(m.runtime).commands(m.unit, unit_dir).start
 
 
 def start_kept(t: Transport, d: Desired, m: Manifest, progress: Progress, secrets: Sequence[str] = ()) -> None:

@@ -26,24 +26,29 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Literal, Mapping, Protocol, Sequence
 
+from launcher import stephook
 from launcher.deploy import orchestrate
+from launcher.deploy.crossing import Crossing
 from launcher.deploy.desired import Desired, step_of
 from launcher.deploy.health import Verdict
 from launcher.deploy.manifest import Manifest
 from launcher.deploy.orchestrate import Options
 from launcher.deploy.session import Connect, DeploySession, Target, on_interrupt, unsettled
-from launcher.deploy.steps import MISSING
 from launcher.deploy.survey import GroupChange, Survey, decide, next_generation
 from launcher.errors import ExitCode, FleetError, UsageError
 from launcher.execute.transport import Transport
+from launcher.model import Runtime
 from launcher.output import Event, Progress, QuietProgress, mask
 from launcher.render import STOP_TIMEOUT_S
 from launcher.rolling import restore
 from launcher.rolling.batches import RollGroup, RollPlan, plan_roll
-from launcher.rolling.router_api import Drained, HostHttp, RouterClient, RouterError, drain, inflight
+from launcher.hosthttp import HostHttp
+from launcher.rolling.router_api import Drained, RouterClient, RouterError, drain, inflight
+from launcher.runtimes.base import MISSING
 
 Action = Literal["restart", "rollback"]
-GroupOutcome = Literal["restarted", "rolled-back", "unchanged", "failed", "restored", "skipped", "not-reached", "retired"]
+GroupOutcome = Literal["restarted", "rolled-back", "unchanged", "failed", "restored", "skipped", "not-reached", "retired",
+                       "planned", "unreachable"]  # the last two: --check (would roll; a host did not answer)
 
 
 class BatchGate(Protocol):
@@ -99,6 +104,7 @@ class RollReport:
     notes: tuple[str, ...] = ()
     errors: tuple[str, ...] = ()
     details: Mapping[str, str] = field(default_factory=dict)  # group -> failing unit's last log lines
+    crossing: Crossing | None = None  # a PD cohort switch: the new cohort's canary (launcher/deploy/crossing.py)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -210,6 +216,9 @@ class _Rollout:
                 continue
             # The first survey stays right for every group not restarted yet (each restarts once).
             self.progress.note(f"batch {i}/{total}: {', '.join(g.name for g in groups)}")
+            # Before anything of the batch is touched: a hook can hold the rollout between batches
+            # (an operator's go/no-go); Ctrl-C there leaves this batch as it was.
+            stephook.reached("batch", self._hosts(groups))
             with on_interrupt(lambda: self._interrupted(i, groups, surveys)):
                 halted = not self._batch(i, groups, surveys)
             if self.options.after_batch is not None:
@@ -428,12 +437,12 @@ class _Rollout:
         """Stopping rank 0 of a multi-node group kills its other ranks; docker's restart policy
         would bring them back into a rendezvous that may not honor SIGTERM until it times out.
         The new generation's containers get the policy back (``docker run`` makes new ones)."""
-        units: dict[str, list[str]] = {}
+        units: dict[str, list[tuple[Runtime, str]]] = {}
         for g in groups:
             for d in self.desired[g.name]:
-                if d.unit.runtime == "docker" and len(g.units) > 1:
-                    units.setdefault(d.host, []).append(d.name)
-        self.session.hold([(h, "docker", n) for h, names in sorted(units.items()) for n in names])
+                if len(g.units) > 1:
+                    units.setdefault(d.host, []).append((d.unit.runtime, d.name))
+        self.session.hold([(h, rt, n) for h, named in sorted(units.items()) for rt, n in named])
 
     def _changes(self, groups: Sequence[RollGroup], reason: str) -> list[GroupChange]:
         out = []
@@ -455,6 +464,7 @@ class _Rollout:
             found = self.session.run(
                 self._hosts([g]),
                 lambda h, t, g=g: [restore.read_prev(t, d.dir) for d in self.desired[g.name] if d.host == h],  # type: ignore[misc]
+                "read",
             )
             if any(isinstance(r, FleetError) or not isinstance(r, list) or None in r for r in found.values()):
                 missing.append(g)
@@ -484,7 +494,7 @@ class _Rollout:
         rank on a host where a step failed gets that error."""
         hosts = self._hosts(groups)
         stopped = self.session.stop([d for g in groups for d in self.desired[g.name]], grace_s)
-        started = self.session.run([h for h in hosts if not isinstance(stopped[h], FleetError)], start)
+        started = self.session.run([h for h in hosts if not isinstance(stopped[h], FleetError)], start, "start")
         verdicts: dict[str, Verdict] = {}
         for g in groups:
             err = next((r for h in self._hosts([g]) for r in (stopped[h], started.get(h)) if isinstance(r, FleetError)), None)

@@ -14,7 +14,7 @@ per DP rank), else ``GET /metrics`` (``sglang:num_running_reqs`` + ``sglang:num_
 vLLM ``vllm:num_requests_running`` + ``vllm:num_requests_waiting``).  None when the engine
 exposes neither: the caller then relies on the engine's SIGTERM drain.
 
-Contract: HTTP goes through an :class:`Http` (direct from the control node, or ``curl`` run on a
+Contract: HTTP goes through a :class:`launcher.hosthttp.Http` (direct from the control node, or ``curl`` run on a
 host over its SSH transport); a router answering an unexpected status raises
 :class:`RouterError` with the status and the start of the body.
 """
@@ -23,69 +23,22 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping, Protocol
+from typing import Any, Callable, Literal, Mapping
 
-from launcher import hostscripts
-from launcher.deploy.remote import sh
 from launcher.errors import FleetError
-from launcher.execute.transport import Transport
+from launcher.hosthttp import DirectHttp, Http
 from launcher.observe.load import samples
-from launcher.observe.names import names_for
+from launcher.engines import registry
 
 WorkerType = Literal["regular", "prefill", "decode"]
 POLL_S = 0.2
+GET_TRIES = 3
 
 
 class RouterError(FleetError):
     """A router refused or failed a worker-management call."""
-
-
-class Http(Protocol):
-    def request(self, method: str, url: str, body: object | None = None, timeout: float = 10.0) -> tuple[int, str]:
-        """``(status, body)``; status 0 when nothing answered (body: the reason)."""
-        ...
-
-
-class DirectHttp:
-    """HTTP from the control node itself."""
-
-    def request(self, method: str, url: str, body: object | None = None, timeout: float = 10.0) -> tuple[int, str]:
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                return int(r.status), r.read().decode(errors="replace")
-        except urllib.error.HTTPError as err:
-            return int(err.code), err.read().decode(errors="replace")
-        except (OSError, ValueError) as err:
-            return 0, str(getattr(err, "reason", err))
-
-
-_REQUEST = hostscripts.text("http-request.sh")
-
-
-class HostHttp:
-    """HTTP sent from a host (``curl`` or ``python3`` there) over its open SSH transport: for
-    addresses only the hosts reach (data-plane IPs).  One thread at a time per transport."""
-
-    def __init__(self, transport: Transport) -> None:
-        self.transport = transport
-
-    def request(self, method: str, url: str, body: object | None = None, timeout: float = 10.0) -> tuple[int, str]:
-        payload = json.dumps(body) if body is not None else ""
-        result = self.transport.run(sh(_REQUEST, method, url, payload, str(int(max(1, timeout)))), timeout=timeout + 30)
-        out = result.stdout_text
-        if not result.ok:
-            return 0, (result.stderr_text or out).strip()
-        text, _, code = out.rpartition("\n")
-        try:
-            return int(code.strip()), text
-        except ValueError:
-            return 0, out.strip()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -113,9 +66,16 @@ class RouterClient:
         return f"RouterClient({self.base!r})"
 
     def _call(self, method: str, path: str, body: object | None = None, ok: tuple[int, ...] = (200,)) -> Any:
-        status, text = self.http.request(method, self.base + path, body, self.timeout)
+        # A GET that timed out is asked again: a router busy proxying (seen at load ~70) answers
+        # a later one, and one slow answer must not abort a rollout half-way.  A refusal is
+        # final, and a POST/DELETE is not repeated (it may have been queued).
+        tries = GET_TRIES if method == "GET" else 1
+        for attempt in range(1, tries + 1):
+            status, text = self.http.request(method, self.base + path, body, self.timeout)
+            if status or "timed out" not in text:
+                break
         if status not in ok:
-            what = f"HTTP {status}" if status else "no answer"
+            what = f"HTTP {status}" if status else "no answer" + (f" in {attempt} tries" if attempt > 1 else "")
             detail = " ".join(text.split())[:200]
             raise RouterError(f"router {self.base}: {method} {path}: {what}" + (f": {detail}" if detail else ""))
         try:
@@ -179,8 +139,11 @@ class RouterClient:
 # ---------------------------------------------------------------------------------------------
 # in-flight counters
 
-# The engines' running and queued request gauges, from the one name map.
-_METRICS = tuple(n for kind in ("sglang", "vllm") for n in (names_for(kind).running, names_for(kind).waiting) if n)
+
+def _gauges() -> tuple[str, ...]:
+    """Every registered engine's running and queued request gauges (its newest names)."""
+    newest = [e.metric_names[-1][1] for e in registry.engines() if e.metric_names]
+    return tuple(n for names in newest for n in (names.running, names.waiting) if n)
 
 
 def parse_get_load(text: str) -> int | None:
@@ -209,7 +172,7 @@ def parse_metrics(text: str) -> int | None:
         found = samples(text)
     except ValueError:
         return None
-    values = [v for name in _METRICS for _, v in found.get(name, ())]
+    values = [v for name in _gauges() for _, v in found.get(name, ())]
     return int(sum(values)) if values else None
 
 

@@ -128,13 +128,16 @@ def remove_containers(host: HostState) -> None:
     if not os.path.exists(host.docker_socket):
         return
     try:
-        status, listed = api(host.docker_socket, "GET", "/containers/json?all=1", timeout=5.0)
-        if status != 200:
-            return
-        for c in listed:
-            api(host.docker_socket, "DELETE", f"/containers/{c['Id']}?force=1&v=1", timeout=20.0)
+        status, listed = api(host.docker_socket, "GET", "/containers/json?all=1", timeout=20.0)
     except OSError:
         return
+    if status != 200:
+        return
+    for c in listed:
+        try:
+            api(host.docker_socket, "DELETE", f"/containers/{c['Id']}?force=1&v=1", timeout=20.0)
+        except OSError:
+            continue  # one slow removal (a loaded machine) is no reason to leave the others running
 
 
 def remove_cgroups(sandbox: str, host: str) -> None:
@@ -144,9 +147,10 @@ def remove_cgroups(sandbox: str, host: str) -> None:
         top = hierarchy / rel
         if not top.is_dir():
             continue
-        for d in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-            _rmdir(d)
-        _rmdir(top)
+        # Bottom-up, and a dir that vanishes mid-walk (a concurrent ``down`` of the same stale
+        # sandbox, the kernel reaping a container's group) is no error.
+        for d, _, _ in os.walk(top, topdown=False):
+            _rmdir(Path(d))
         _rmdir(top.parent)  # /fleet-sandbox, once no sandbox host uses it
 
 

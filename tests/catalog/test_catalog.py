@@ -292,6 +292,25 @@ def test_glm_long_request_and_throughput_rows(by_entry: dict[int, Any]) -> None:
     assert (m.long_request.tokens, m.long_request.seconds) == (1_000_000, 428)
     rows = {(t.input_len, t.output_len): (t.concurrency, t.input_tok_s, t.output_tok_s) for t in m.throughput}
     assert rows == {(50_000, 1_500): (10, 4341, 126), (80_000, 600): (10, 6722, 47.6)}
+    # The comparison's other side: entry 38 names the vLLM variant's (entry 41's) 17 concurrent
+    # requests, without its tok/s -- recorded where it belongs, with nothing invented.
+    rows41 = {(t.input_len, t.output_len): (t.concurrency, t.input_tok_s, t.output_tok_s)
+              for t in by_entry[41].measured.throughput}
+    assert rows41 == {(50_000, 1_500): (17, None, None), (80_000, 600): (17, None, None)}
+
+
+def test_fabric_where_the_seed_names_one(by_entry: dict[int, Any]) -> None:
+    """'over RoCE' / 'over IB' in the seed becomes hardware.fabric; no other entry names one."""
+    named = {n: r.hardware.fabric for n, r in by_entry.items() if r.hardware.fabric is not None}
+    assert named == {33: "roce", 34: "roce", 36: "roce", 38: "roce", 39: "roce", 40: "roce", 41: "roce",
+                     45: "ib", 46: "roce", 48: "roce"}
+    seed = Path(os.environ.get(SEED_ENV, str(SEED_DEFAULT)))
+    if seed.is_file():  # the table above, read again from the seed's own words
+        from launcher.config.recipes import parse_seed
+
+        said = {e.number: "roce" if "over RoCE" in e.text else "ib" for e in parse_seed(seed)
+                if "over RoCE" in e.text or "over IB" in e.text}
+        assert said == named
 
 
 def test_vllm_kv_suggestion_stays_off(by_entry: dict[int, Any]) -> None:
@@ -313,7 +332,7 @@ def test_measured_reports_carry_measurements(catalog: Any) -> None:
 
 
 def test_no_measurements_where_the_seed_states_none(by_entry: dict[int, Any]) -> None:
-    measured = {22, 23, 25, 28, 29, 31, 33, 38, 46}
+    measured = {22, 23, 25, 28, 29, 31, 33, 38, 41, 46}
     empty = type(by_entry[1].measured)()
     for n, r in by_entry.items():
         if n not in measured:
@@ -418,3 +437,15 @@ def test_every_recipe_satisfies_its_own_constraints(catalog: Any) -> None:
                 assert field_value(r, c.field) >= c.value, (r.id, c.id)
             else:
                 assert field_value(r, c.field) == c.value, (r.id, c.id)
+
+
+def test_glm_rtx6000d_model_builds_as_resolved(by_entry: dict[int, Any]) -> None:
+    """Issue 30 item 3: 37-41 carry the NVFP4 build the seed names; 36, 42, 43 (no EP named) stay on
+    the FP8 build, because SGLang needs EP8 for NVFP4 and would then launch 38's/39's/40's shape --
+    and their notes say so and how to switch."""
+    builds = {n: (by_entry[n].model, by_entry[n].quantization.weight_format) for n in range(36, 44)}
+    nvfp4, fp8 = ("nvidia/GLM-5.3-Flash-NVFP4", "nvfp4"), ("zai-org/GLM-5.3-Flash", "fp8-e4m3")
+    assert builds == {36: fp8, 37: nvfp4, 38: nvfp4, 39: nvfp4, 40: nvfp4, 41: nvfp4, 42: fp8, 43: fp8}
+    for n in (36, 42, 43):
+        notes = " ".join(by_entry[n].notes.split())
+        assert "resolved against the reference" in notes and "To switch it to the NVFP4 build" in notes, n

@@ -8,6 +8,8 @@ import json
 import tarfile
 from pathlib import Path
 
+import pytest
+
 from launcher.execute.fake import FakeConnector, Reply
 from launcher.model import SecretRef
 from launcher.preflight import collect
@@ -65,7 +67,7 @@ def test_bundle_layout_manifest_and_secret_hygiene(tmp_path: Path) -> None:
         f"{root}/h1/facts.txt",
         f"{root}/h1/fleet-x-rank0-r0/docker-inspect.json",
         f"{root}/h1/fleet-x-rank0-r0/docker-logs.txt",
-        f"{root}/h1/fleet-x-rank0-r0/files/etc/fleet/x/fleet-x-rank0-r0/env",
+        f"{root}/h1/fleet-x-rank0-r0/files/etc/fleet/x/fleet-x-rank0-r0/env.names",
         f"{root}/h1/fleet-x-rank0-r0/nccl.log",
         f"{root}/h1/nvidia-smi-topo.txt",
         f"{root}/h2/UNREACHABLE.txt",
@@ -107,3 +109,63 @@ def test_redact_inspect_leaves_other_text_alone() -> None:
     assert collect.redact_inspect("not json", frozenset()) == "not json"
     doc = json.loads(collect.redact_inspect(json.dumps([{"Config": {"Env": ["A=1", "DB_PASSWORD=x"]}}]), frozenset()))
     assert doc[0]["Config"]["Env"] == ["A=1", "DB_PASSWORD=***"]
+
+
+def test_the_bundle_is_0600_and_env_files_keep_their_names_only(tmp_path: Path) -> None:
+    """Issue 25 item 5: the bundle was written 0644 and carried the units' 0600 env files."""
+    inv = f.inventory(f.host("h1", "10.0.0.1"))
+    pb = f.playbook({"single": "h1"})
+    env = b"NCCL_DEBUG=INFO\nDB_URL='postgres://u:pw@db\nsecond line'\nEMPTY=''\n"
+    unit_env = "./units/fleet-x-rank0-r0/files/etc/fleet/x/fleet-x-rank0-r0/env"
+    connector = FakeConnector(replies=[Reply(match="fleet-collect", stdout=host_stream({unit_env: env}))])
+    out = tmp_path / "bundle.tar.gz"
+    collect.collect(inv, f.catalog(f.recipe()), pb, connector, out)
+    assert out.stat().st_mode & 0o777 == 0o600
+    with tarfile.open(out) as tar:
+        read = {n: (tar.extractfile(n) or io.BytesIO()).read() for n in tar.getnames()}
+    (names,) = [data for n, data in read.items() if n.endswith("/env.names")]
+    assert names == b"NCCL_DEBUG\nDB_URL\nEMPTY\n"
+    assert not [n for n, data in read.items() if b"postgres://" in data or n.endswith("/env")]
+
+
+def test_a_gzip_bomb_is_unpacked_only_to_the_per_host_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 25 item 5: a host's stream was unpacked whole into memory."""
+    monkeypatch.setattr(collect, "MAX_HOST_BYTES", 1 << 20)
+    inv = f.inventory(f.host("h1", "10.0.0.1"))
+    pb = f.playbook({"single": "h1"})
+    bomb = host_stream({"./host/a-bomb.txt": bytes(4 << 20)})  # 4 MiB of zeros, ~4 KB gzipped
+    connector = FakeConnector(replies=[Reply(match="fleet-collect", stdout=bomb)])
+    out = tmp_path / "bundle.tar.gz"
+    collect.collect(inv, f.catalog(f.recipe()), pb, connector, out)
+    with tarfile.open(out) as tar:
+        names = tar.getnames()
+        truncated = next(n for n in names if n.endswith("/h1/TRUNCATED.txt"))
+        note = (tar.extractfile(truncated) or io.BytesIO()).read()
+    assert not [n for n in names if n.endswith("a-bomb.txt")]
+    assert note == b"./host/a-bomb.txt and what followed it: over the 1048576 bytes fleet unpacks per host\n"
+
+
+def test_a_secrets_value_is_masked_under_any_name_and_wherever_it_occurs(tmp_path: Path) -> None:
+    """Issue 25 (left item 4): env values were masked only by name; the same token under an
+    innocuous name (or in the command line, a label, a log line) went into the bundle."""
+    token = 'tok-"7f3a\\9c'  # JSON-escaped in inspect output: masked in the parsed strings
+    inspect = json.dumps([{"Name": "/fleet-x-rank0-r0", "Args": ["--api-key", token],
+                           "Config": {"Env": [f"WORKER_ARG={token}", f"HF_TOKEN={token}", "PATH=/usr/bin",
+                                              f"NOT_IT={token}x"],
+                                      "Labels": {"note": f"key {token}"}}}])  # fmt: skip
+    unit = "./units/fleet-x-rank0-r0"
+    stream = host_stream({f"{unit}/docker-inspect.json": inspect.encode(),
+                          f"{unit}/docker-logs.txt": f"loaded key {token} from env\n".encode()})  # fmt: skip
+    inv = f.inventory(f.host("h1", "10.0.0.1"))
+    pb = f.playbook({"single": "h1"}, secrets=(SecretRef(name="HF_TOKEN", from_env="X"),))
+    connector = FakeConnector(replies=[Reply(match="fleet-collect", stdout=stream)])
+    out = tmp_path / "bundle.tar.gz"
+    collect.collect(inv, f.catalog(f.recipe()), pb, connector, out, secret_values=(token,))
+    with tarfile.open(out) as tar:
+        read = {n: (tar.extractfile(n) or io.BytesIO()).read() for n in tar.getnames()}
+    assert not [n for n, data in read.items() if token.encode() in data or b"7f3a" in data]
+    (doc,) = [json.loads(data) for n, data in read.items() if n.endswith("/docker-inspect.json")]
+    assert doc[0]["Config"]["Env"] == ["WORKER_ARG=***", "HF_TOKEN=***", "PATH=/usr/bin", "NOT_IT=***x"]
+    assert (doc[0]["Args"], doc[0]["Config"]["Labels"]) == (["--api-key", "***"], {"note": "key ***"})
+    (logs,) = [data for n, data in read.items() if n.endswith("/docker-logs.txt")]
+    assert logs == b"loaded key *** from env\n"

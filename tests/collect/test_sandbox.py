@@ -37,7 +37,8 @@ def test_collect_after_up_has_every_rank_and_no_secret(sandbox_fleet: Sandbox, t
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         out = tmp_path / "evidence.tar.gz"
-        proc = fleet(sb, "collect", str(pb), "-o", str(out), "--tail", "100")
+        # The secret readable here too: collect masks its value wherever it occurs (issue 25, left item 4).
+        proc = fleet(sb, "collect", str(pb), "-o", str(out), "--tail", "100", env={"PF_COLLECT_TOKEN": SECRET})
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert proc.stdout.splitlines()[0].startswith("h1 | ok | 1 unit(s), ")
         with tarfile.open(out) as tar:
@@ -51,7 +52,7 @@ def test_collect_after_up_has_every_rank_and_no_secret(sandbox_fleet: Sandbox, t
             unit = f"{root}/{host}/fleet-pf-collect-rank0-r{rank}"
             for name in ("docker-logs.txt", "docker-inspect.json", "nccl.log",
                          f"files/etc/fleet/pf-collect/fleet-pf-collect-rank0-r{rank}/run.sh",
-                         f"files/etc/fleet/pf-collect/fleet-pf-collect-rank0-r{rank}/env",
+                         f"files/etc/fleet/pf-collect/fleet-pf-collect-rank0-r{rank}/env.names",
                          f"files/etc/fleet/pf-collect/fleet-pf-collect-rank0-r{rank}/manifest.json"):
                 assert f"{unit}/{name}" in names, (host, name)
             assert data[f"{unit}/docker-logs.txt"].strip(), "container logs were collected"
@@ -64,6 +65,7 @@ def test_collect_after_up_has_every_rank_and_no_secret(sandbox_fleet: Sandbox, t
         assert json.loads(data[f"{root}/h2/facts.json"])["gids"][-1]["index"] == 5
         assert "NV18" in data[f"{root}/h1/nvidia-smi-topo.txt"].decode()
         assert not [n for n in names if "secrets.env" in n]
+        assert out.stat().st_mode & 0o777 == 0o600
         assert not [n for n, blob in data.items() if SECRET.encode() in blob], "the secret leaked into the bundle"
         assert sb.ssh("h1", "ls /tmp | grep -c fleet-collect || true").out.strip() == "0", "temp dir removed"
     finally:

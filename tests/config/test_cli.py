@@ -139,7 +139,7 @@ def test_fit_needs_several_nodes_of_one_sku(tmp_path: Path, monkeypatch: pytest.
 
 def test_fit_errors() -> None:
     result = run("recipes", "fit", "glm/sglang-pd-6000d", "-i", "nope.yaml")
-    assert (result.exit_code, result.stderr) == (2, "fleet: error: nope.yaml: no such file\n")
+    assert (result.exit_code, result.stderr) == (2, "fleet: error: nope.yaml: no such inventory file or directory\n")
     result = run("recipes", "fit", "glm/x", "-i", EXAMPLE)
     assert (result.exit_code, result.stderr) == (2, "fleet: error: unknown recipe 'glm/x'\n")
 
@@ -171,3 +171,86 @@ def test_inventory_errors(tmp_path: Path) -> None:
     result = run("inventory", "list", "-i", str(bad))
     assert result.exit_code == 2
     assert result.stderr == f"fleet: error: {bad}:2:14: g/h1/gpu_count: should be an integer, got 'eight'\n"
+
+
+@pytest.mark.parametrize(
+    ("flags", "line"),
+    [
+        (["--gpu", "rtx6000d"], "--gpu: unknown value 'rtx6000d' (did you mean 'RTX-6000D'?); one of: H100, H800, "
+                                "B300, A100, RTX-6000D, Ascend-910B3"),
+        (["--engine", "sgl"], "--engine: unknown value 'sgl' (did you mean 'sglang'?); one of: sglang, vllm, "
+                              "vllm-ascend"),
+        (["--family", "glmm"], "--family: unknown value 'glmm' (did you mean 'glm'?); one of: qwen, glm, deepseek"),
+        (["--topology", "xyz"], "--topology: unknown value 'xyz'; one of: single, multinode, pd"),
+    ],
+)  # fmt: skip
+def test_list_invalid_filter_is_an_error_with_did_you_mean(flags: list[str], line: str) -> None:
+    """A typo in a filter is an error naming the valid values, not an empty "0 of 4" list."""
+    result = run("recipes", "list", *flags)
+    assert (result.exit_code, result.stdout, result.stderr) == (2, "", f"fleet: error: {line}\n")
+
+
+def test_show_pd_roles_as_yaml() -> None:
+    text = run("recipes", "show", "glm/sglang-pd-6000d").stdout
+    assert "{'" not in text  # no Python dict anywhere
+    start = text.index("  pd:\n")
+    assert text[start:].startswith(
+        "  pd:\n"
+        "    prefill:\n"
+        "      replicas: 2\n"
+        "      nodes: 2\n"
+        "      parallelism:\n"
+        "        tp: 8\n"
+        "        pp: 2\n"
+        "        dp: 1\n"
+        "        ep: 8\n"
+        "        attn_dp: 1\n"
+        "        dcp: 1\n"
+        "    decode:\n"
+        "      replicas: 1\n"
+    )
+    assert "    transfer_backend: mooncake\n" in text
+
+
+def test_fit_notes_a_fabric_other_than_the_measured_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Catalog entry 45 was measured over InfiniBand: RoCE hosts fit, with a note saying the
+    figures were not measured on their fabric; IB hosts get no note."""
+    monkeypatch.delenv("FLEET_RECIPES_DIR")
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text("all:\n  vars: {gpu_count: 8, gpu_model: H100}\n  hosts:\n    a: {fabric: ib}\n    b: {fabric: roce}\n")
+    data = run_json("recipes", "fit", "kimi/sglang-tp8pp2-h100", "-i", str(inv))
+    assert isinstance(data, dict)
+    assert [(h["host"], h["fits"], h["notes"]) for h in data["hosts"]] == [
+        ("a", True, []),
+        ("b", True, ["fabric roce, the catalog's figures were measured over ib"]),
+    ]
+    table = run("recipes", "fit", "kimi/sglang-tp8pp2-h100", "-i", str(inv)).stdout
+    assert "fabric roce, the catalog's figures were measured over ib" in table
+    shown = run("recipes", "show", "kimi/sglang-tp8pp2-h100").stdout
+    assert "  fabric: ib (the catalog's figures were measured over it)\n" in shown
+
+
+def test_show_prints_the_network_the_render_uses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Catalog entry 26 runs without host networking: bridge, its listen ports published (the
+    render golden deepseek__vllm-tp8-6000d has ``--publish 8000:8000``); others use the host's."""
+    monkeypatch.delenv("FLEET_RECIPES_DIR")
+    bridge = run("recipes", "show", "deepseek/vllm-tp8-6000d").stdout.splitlines()
+    assert [line for line in bridge if line.startswith("  network:")] == [
+        "  network: bridge (docker's bridge network, no host networking; each unit's listen ports published on "
+        "the host, --publish 8000:8000 for the HTTP port unless the playbook sets another)"
+    ]
+    host = run("recipes", "show", "deepseek/vllm-pd-tp8-6000d-nvfp4").stdout.splitlines()
+    assert [line for line in host if line.startswith("  network:")] == ["  network: host (--network host)"]
+
+
+def test_show_prints_the_host_ram_the_mooncake_segments_need(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Catalog entry 43: 100gb global segment per GPU, 8 GPUs a node -- the sum preflight's
+    host-memory check compares with each host's RAM."""
+    monkeypatch.delenv("FLEET_RECIPES_DIR")
+    shown = run("recipes", "show", "glm/sglang-pd-tp8pp2-6000d-fp8-mooncakestore").stdout.splitlines()
+    assert [line for line in shown if line.startswith("  mooncake_store host RAM:")] == [
+        "  mooncake_store host RAM: 800.0 GiB per node (8 GPUs x 100gb global segment); preflight fails a host "
+        "with less RAM and warns above 80% of it"
+    ]
+    no_store = run("recipes", "show", "deepseek/vllm-tp8-6000d").stdout
+    assert "host RAM" not in no_store

@@ -54,9 +54,15 @@ def test_ordinary_aliases_still_expand_and_are_shared() -> None:
 
 
 def test_a_big_plain_document_is_not_an_alias_bomb(tmp_path: Path) -> None:
+    """MAX_VALUES values without aliases (830 KB) load; one more is refused (issue 25 item 11)."""
     p = tmp_path / "big.yaml"
-    p.write_text("".join(f"h{i}: {{a: 1, b: [1, 2, 3]}}\n" for i in range(MAX_VALUES // 6)))
+    lines = [f"h{i}: [1, 2, 3, 4]\n" for i in range((MAX_VALUES - 1) // 6)]  # 6 values a line, + the top mapping
+    p.write_text("".join(lines))
     assert isinstance(load_yaml(p), object)
+    p.write_text("".join(lines) + "x: [1, 2, 3, 4, 5, 6, 7]\n")
+    with pytest.raises(InputError) as err:
+        load_yaml(p)
+    assert str(err.value) == f"{p}:{len(lines) + 1}:8: more than {MAX_VALUES} values in one document"  # at its ' 2'
 
 
 def _cli(*args: str) -> tuple[int, str]:

@@ -85,7 +85,7 @@ def test_ini_loose_values_read_as_the_field_type(tmp_path: Path) -> None:
         ),
         (
             "all:\n  hosts:\n    r1: {fabric: roce, gid_index: -1}\n",
-            "hosts.yaml:3:35: all/hosts/r1/gid_index: should not be negative, got -1",
+            "hosts.yaml:3:35: all/hosts/r1/gid_index: should be 0-255 (an index into the HCA port's GID table), got -1",
         ),
         (
             "all:\n  hosts:\n    r1: {ansible_port: 99999}\n",
@@ -132,7 +132,7 @@ def test_yaml_errors(tmp_path: Path, text: str, message: str) -> None:
         ("[g]\nh1 gpu_count=eight\n", "hosts.ini:2:14: g/h1/gpu_count: should be an integer, got 'eight'"),
         ("[g]\nh1\n[g:vars]\ngpu_count = eight\n", "hosts.ini:4:13: g:vars/gpu_count: should be an integer, got 'eight'"),
         ("[g]\nh1 fabric=roce  gid_index=three\n", "hosts.ini:2:27: g/h1/gid_index: should be an integer or 'auto', got 'three'"),
-        ("[g]\nh1 fabric=roce gid_index=-2\n", "hosts.ini:2:26: g/h1/gid_index: should not be negative, got -2"),
+        ("[g]\nh1 fabric=roce gid_index=-2\n", "hosts.ini:2:26: g/h1/gid_index: should be 0-255 (an index into the HCA port's GID table), got -2"),
         ("[g]\nh1:99999\n", "hosts.ini:2:1: g/h1: should be a TCP port (1-65535), got 99999"),
         ("[g]\nh1 data_ip=10.0.0.300\n", "hosts.ini:2:12: g/h1/data_ip: should be an IP address, got '10.0.0.300'"),
         ("[g]\nh1 gpu_count\n", "hosts.ini:2:1: g/h1: expected key=value after the host name, got 'gpu_count'"),

@@ -110,6 +110,9 @@ T = "qwen/vllm-single-a100-tuned.yaml"
          "hardware has 8 per node x 1 node = 8"),
         (G, "topology: pd", "topology: multinode",
          "recipes/glm/sglang-pd-6000d.yaml:13:3: pd: a 'pd' block needs topology 'pd', not 'multinode'"),
+        (D, "topology: multinode", "topology: multinode\nnetwork: bridge",
+         "recipes/deepseek/sglang-multinode-pp2-6000d.yaml:9:10: network: network 'bridge' is for single-node "
+         "recipes: a multinode recipe's ranks and transfers need the host network"),
         (D, "topology: multinode", "topology: pd",
          "recipes/deepseek/sglang-multinode-pp2-6000d.yaml:1:1: topology 'pd' needs a 'pd' block "
          "(prefill, decode, transfer_backend)"),

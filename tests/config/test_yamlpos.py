@@ -41,8 +41,8 @@ def test_merge_keys_and_anchors(tmp_path: Path) -> None:
     [
         ("a: 1\nb: 2\na: 3\n", "{p}:3:1: duplicate key 'a' (first at line 1)"),
         ("x:\n  k: 1\n  k: 2\n", "{p}:3:3: duplicate key 'k' (first at line 2)"),
-        ("a: [1, 2\nb: 3\n", "{p}:2:2: invalid YAML: expected ',' or ']', but got ':'"),
-        ("a: 1\n b: 2\n", "{p}:2:3: invalid YAML: mapping values are not allowed here"),
+        ("a: [1, 2\nb: 3\n", "{p}:2:2: invalid YAML: did not find expected ',' or ']'"),
+        ("a: 1\n b: 2\n", "{p}:2:3: invalid YAML: mapping values are not allowed in this context"),
         ("a: 'x\n", "{p}:2:1: invalid YAML: found unexpected end of stream"),
         ("", "{p}:1:1: file is empty"),
         ("# only a comment\n", "{p}:1:1: file is empty"),

@@ -17,12 +17,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from launcher import render
+from launcher.runtimes import container, docker
 from launcher.deploy import lock, steps, wait
 from launcher.execute import files
 from launcher.execute.command import Command
 from launcher.execute.transport import Result, check_put_args
-from launcher.rolling import restore, router_api
+from launcher import hosthttp
+from launcher.rolling import restore
 
 
 @dataclass
@@ -331,21 +332,21 @@ _SCRIPTS = {
     lock._SERIAL: SimHost.serial,
     lock._FENCE: SimHost.fence,
     steps._READ_MANIFESTS: SimHost.read_manifests,
-    steps._INSPECT: SimHost.liveness,
+    docker._INSPECT: SimHost.liveness,
     steps._PROBE: SimHost.probe,
     wait._WAIT: SimHost.wait,
-    steps._PULL: SimHost.pull,
-    render._DOCKER_RM: SimHost.stop,
-    render._DOCKER_HOLD: SimHost.hold,
+    container._PULL: SimHost.pull,
+    docker._REMOVE: SimHost.stop,
+    docker._HOLD: SimHost.hold,
     steps._ROTATE: SimHost.rotate,
     steps._REMOVE: SimHost.remove,
     steps._HASHES: SimHost.hashes,
     steps._READ: SimHost.read,
-    steps._LOGS: SimHost.logs,
-    steps._FAILED_RUN_LOGS: SimHost.failure_logs,
+    docker._LOGS: SimHost.logs,
+    docker._FAILED_RUN_LOGS: SimHost.failure_logs,
     files._SCRIPT: SimHost.batch,
-    steps._IMAGES: SimHost.images_present,
-    router_api._REQUEST: SimHost.http,
+    container._IMAGES: SimHost.images_present,
+    hosthttp._REQUEST: SimHost.http,
     restore._READ_PREV: SimHost.read_prev,
     restore._SWAP: SimHost.swap,
 }

@@ -47,5 +47,10 @@ def test_demo_deploys_pd_and_pp_answers_through_the_router_and_cleans_up(demo_na
     assert re.search(r"^  served by h6 \(ranks: h6, h7\)$", out, re.M), out
     running = re.findall(r"^(h\d+)\s+fleet-(sb-pd|sb-pp2)-\S+\s+\S+\s+\d\s+running\s+(ok|-)\s+1\s+none\s*$", out, re.M)
     assert len(running) == 9, out  # 7 PD units + 2 PP ranks, all running, healthy where checked
+    # the commands shown are ones an operator can paste: each names the playbook it deployed
+    shown = re.findall(r"^\$ fleet (up|status|down) (\S+) -i ", proc.stderr, re.M)
+    assert sorted((cmd, Path(path).name) for cmd, path in shown) == sorted(
+        (cmd, pb) for cmd in ("up", "status", "down") for pb in ("pd-2p1d.yaml", "pp2.yaml")), proc.stderr  # fmt: skip
+    assert all(Path(path).is_file() for _, path in shown), shown
     assert f"sandbox {demo_name} torn down" in proc.stderr
     assert state.load(demo_name) is None and netns.namespaces(demo_name) == ()

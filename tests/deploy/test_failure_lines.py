@@ -1,11 +1,17 @@
-"""The line fleet's start error quotes from a unit that died (``steps.failure_lines``), and which
+"""The line fleet's start error quotes from a unit that died (``Runtime.failure_lines``), and which
 such lines only report a lost peer rank (``steps.peer_lost``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from launcher.deploy.steps import FAILURE_LINES_SHOWN, failure_lines, peer_lost
+from launcher.deploy.steps import peer_lost
+from launcher.runtimes import registry
+from launcher.runtimes.base import FAILURE_LINES_SHOWN
+
+
+def failure_lines(runtime: str, out: str, restarted: bool) -> tuple[list[str], str]:
+    return registry.get(runtime).failure_lines(out, restarted)
 
 STARTED = "2026-12-01T15:42:30.000000000Z"
 

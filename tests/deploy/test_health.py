@@ -17,7 +17,8 @@ import pytest
 from launcher.deploy import steps, wait
 from launcher.deploy.desired import Desired
 from launcher.deploy.health import Verdict, gate
-from launcher.deploy.steps import DOCKER_FORMAT
+from launcher.runtimes import docker
+from launcher.runtimes.docker import DOCKER_FORMAT
 from launcher.execute.fake import FakeTransport, Reply, RunCall
 from launcher.execute.local import LocalTransport
 from launcher.execute.transport import Transport
@@ -293,7 +294,7 @@ def test_a_rank_seen_alive_just_before_its_peer_lost_it_is_read_again() -> None:
     def logs(line: str) -> Reply:
         return Reply(match="docker logs --timestamps", stdout=f"2026-01-01T00:00:00Z\n2026-01-01T00:00:05Z {line}\n".encode())
 
-    inspect = re.escape(shlex.quote(steps._INSPECT))
+    inspect = re.escape(shlex.quote(docker._INSPECT))
     transports: dict[str, Transport] = {
         "h1": FakeTransport("h1", [logs(LOST_R1), Reply(match=inspect, stdout=f"/{R0}|exited|1|0\n".encode()),
                                    Reply(match="", stdout=seen(R0, "exited|1|0"))]),

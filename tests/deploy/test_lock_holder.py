@@ -89,7 +89,7 @@ class _LostAtRelease(SimHost):
     def run(self, argv: Sequence[str] | Command, *, timeout: float, stdin: bytes | None = None,
             env: object = None, check: bool = False) -> Result:  # fmt: skip
         if tuple(Command.of(argv).reveal())[2:3] == (lock._RELEASE,):
-            raise UnreachableError(self.name, "connection lost during rm -rf /run/lock/fleet/demo")
+            raise UnreachableError(self.name, "connection lost during rm -rf /run/fleet/lock/demo")
         return super().run(argv, timeout=timeout, stdin=stdin, check=check)
 
 
@@ -106,7 +106,7 @@ def test_a_lock_not_released_at_the_end_of_up_is_reported(sim: SimFleet) -> None
     assert all(u.outcome == "healthy" for u in report.units)
     assert report.errors == (
         f"h2: the deploy lock {lock_dir('demo')} was not released (unreachable: connection lost during rm -rf "
-        f"/run/lock/fleet/demo); once h2 answers, clear it with: {t.unlock_command}",
+        f"/run/fleet/lock/demo); once h2 answers, clear it with: {t.unlock_command}",
     )
     assert report.exit_code != ExitCode.OK
     assert any(k.endswith("/owner") for k in sim["h2"].files), "still there"

@@ -44,9 +44,9 @@ def _fence(shell: str, d: Path, step: str, wait_s: int) -> subprocess.CompletedP
 
 def test_argv_builders_pass_the_lock_dir_owner_and_step_as_parameters() -> None:
     assert lock.serial_argv("dep", OWNER, "s1", ("sh", "/etc/fleet/dep/u/run.sh")) == (
-        "sh", "-c", lock._SERIAL, "sh", "/run/lock/fleet/dep", OWNER, "s1", "90", "sh", "/etc/fleet/dep/u/run.sh",
+        "sh", "-c", lock._SERIAL, "sh", "/run/fleet/lock/dep", OWNER, "s1", "90", "sh", "/etc/fleet/dep/u/run.sh",
     )  # fmt: skip
-    assert lock.fence_argv("dep", "s1", 120.0) == ("sh", "-c", lock._FENCE, "sh", "/run/lock/fleet/dep", "s1", "120")
+    assert lock.fence_argv("dep", "s1", 120.0) == ("sh", "-c", lock._FENCE, "sh", "/run/fleet/lock/dep", "s1", "120")
 
 
 @pytest.mark.parametrize("shell", SHELLS)
@@ -217,7 +217,7 @@ def test_acquire_refuses_a_lock_root_another_user_made(shell: str, tmp_path: Pat
     with pytest.raises(FleetError) as err:
         _judged(res)
     assert str(err.value) == (
-        f"h1: refusing the deploy lock: {root} is owned by uid {NOBODY}, not by the connecting user (uid 0); "
+        f"h1: refusing the deploy lock: {root} is owned by uid {NOBODY}, not by root or the connecting user (uid 0); "
         "remove it as root and run again"
     )
 

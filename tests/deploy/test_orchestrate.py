@@ -8,7 +8,8 @@ from dataclasses import fields
 
 import pytest
 
-from launcher.deploy import orchestrate, steps
+from launcher.deploy import orchestrate
+from launcher.runtimes import container
 from launcher.deploy.lock import LockedError, lock_dir
 from launcher.deploy.manifest import Manifest, dumps, parse
 from launcher.deploy.orchestrate import Options, down, up
@@ -308,7 +309,7 @@ def test_round_trips_per_host_one_unit_each(sim: SimFleet) -> None:
 
 def test_a_missing_image_is_pulled_in_its_own_round_trip_before_any_stop(sim: SimFleet) -> None:
     up(target(pp_plan()), sim.connect, FAST)
-    assert {"engine:1"} <= sim["h1"].images and sim["h1"].log.count(("sh", "-c", steps._PULL, "sh", "engine:1")) == 1
+    assert {"engine:1"} <= sim["h1"].images and sim["h1"].log.count(("sh", "-c", container._PULL, "sh", "engine:1")) == 1
     assert sim["h1"].containers["fleet-demo-rank-r0"].starts == 1
 
 
@@ -379,3 +380,54 @@ def test_manifest_round_trip() -> None:
     assert parse(dumps(m)) == m
     assert parse(dumps(m).replace('"files"', '"secrets_digest":"hmac-sha256:00:11","files"')) == m, "older fleet's"
     assert parse(dumps(m).replace('"files"', '"secret_digest":"x","files"')) is None, "unknown key"
+
+
+def test_a_second_playbook_of_the_same_name_is_refused_naming_both(sim: SimFleet) -> None:
+    """Issue 25 item 13: two playbooks named alike are one deployment to the hosts.  One that
+    would run another recipe under the name (or remove units the first placed) is refused --
+    ``up`` and ``--check`` -- naming both, before anything changes; with ``take_over`` it
+    replaces the deployment and every manifest names it, so the first is then refused in turn.
+    A new version in another file (same units, same recipe) goes ahead and becomes the owner; the
+    owner edited in place (same path, new text) stays the owner."""
+    from dataclasses import replace
+
+    from launcher.deploy.owner import OwnerConflict
+
+    a = replace(target(pp_plan()), owner="/ops/a.yaml sha256:aaaaaaaaaaaaaaaa")
+    b = replace(target(pp_plan(args=("--max-running-requests", "8"))), recipe="fam/other",
+                owner="/ops/b.yaml sha256:bbbbbbbbbbbbbbbb")
+    assert up(a, sim.connect, FAST).errors == ()
+    writes = {h: sim[h].writes for h in ("h1", "h2", "h3")}
+    for options in (FAST, Options(forks=4, check=True)):
+        with pytest.raises(OwnerConflict) as err:
+            up(b, sim.connect, options)
+        host, _, rest = str(err.value).partition(": ")
+        assert host in ("h1", "h2", "h3") and rest == (
+            "deployment demo here belongs to playbook /ops/a.yaml (sha256:aaaaaaaaaaaaaaaa); /ops/b.yaml "
+            "(sha256:bbbbbbbbbbbbbbbb) has the same name and would remove or replace its units: rename one, or pass "
+            "--take-over to move the deployment to this playbook")
+    assert {h: sim[h].writes for h in ("h1", "h2", "h3")} == writes, "nothing changed"
+    assert all(c.starts == 1 for h in ("h1", "h2", "h3") for c in sim[h].containers.values())
+    assert not any(k.endswith("/owner") for h in ("h1", "h2", "h3") for k in sim[h].files), "locks released"
+
+    assert up(replace(b, take_over=True), sim.connect, FAST).errors == ()
+    for h, unit in (("h1", "fleet-demo-rank-r0"), ("h2", "fleet-demo-rank-r1"), ("h3", "fleet-demo-router")):
+        m = sim[h].manifest(f"{D}/{unit}")
+        assert m is not None and m["playbook"] == b.owner, (h, m)
+    with pytest.raises(OwnerConflict):
+        up(a, sim.connect, FAST)
+    edited = replace(b, owner="/ops/b.yaml sha256:cccccccccccccccc")
+    assert up(edited, sim.connect, FAST).errors == ()
+    v2 = replace(target(pp_plan(args=("--max-running-requests", "16"))), recipe="fam/other",
+                 owner="/ops/b-v2.yaml sha256:dddddddddddddddd")  # a new version, same units and recipe
+    assert up(v2, sim.connect, FAST).errors == ()
+    for h, unit in (("h1", "fleet-demo-rank-r0"), ("h2", "fleet-demo-rank-r1"), ("h3", "fleet-demo-router")):
+        m = sim[h].manifest(f"{D}/{unit}")
+        assert m is not None and m["playbook"] == v2.owner, (h, m)  # the unchanged router's too
+
+
+def test_a_manifest_without_an_owner_is_read_and_adopted() -> None:
+    m = parse(dumps(Manifest(deployment="d", unit="u", host="h", group="g", role="r", rank=0, runtime="docker",
+                             render_hash="x", recipe="f/r", image=None, generation=1, deployed_by="me",
+                             deployed_at="t", files=())).replace(',"playbook":""', ""))  # fmt: skip
+    assert m is not None and m.playbook == ""

@@ -39,10 +39,11 @@ TOKEN = "hf_sandboxSECRET0123456789"
 OVERRIDE = '  engine_args: [--max-running-requests, "16"]\n'
 
 
-def fleet(sb: Sandbox, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def fleet(sb: Sandbox, *args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """``fleet ARGS`` against the sandbox; ``timeout`` bounds a hang, it is not a speed check."""
     cmd = ["fleet", *args[:1], *args[1:], "-i", sb.inventory, "--known-hosts", sb.known_hosts]
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=300, cwd=REPO)
+    return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout, cwd=REPO)
 
 
 def ok(proc: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
@@ -350,7 +351,7 @@ def test_unknown_host_key_stops_up_before_anything_runs(sandbox_fleet: Sandbox, 
     assert proc.returncode == 2, proc.stderr
     # Progress notes (the preflight gate's) may precede it; the error is the last line.
     assert proc.stderr.splitlines()[-1].startswith("fleet: error: h1: host key"), proc.stderr
-    assert sb.ssh("h1", "test -e /etc/fleet/sb-hostkey || test -e /run/lock/fleet/sb-hostkey").rc == 1
+    assert sb.ssh("h1", "test -e /etc/fleet/sb-hostkey || test -e /run/fleet/lock/sb-hostkey").rc == 1
 
 
 def _restart_dockerd(sb: Sandbox, name: str) -> None:

@@ -13,7 +13,7 @@ real ``fleet`` CLI in a subprocess that gets SIGINT, as an operator's terminal s
   inspect hangs): the same promises -- fleet does not wait out the hung command, and the locks
   it took are released.
 - ``fleet up`` interrupted while one host's ``docker run`` is still under way (its docker shim
-  takes 6 s, beyond the grace fleet gives a running command): the same promises, and that
+  takes 3x the grace fleet gives a running command, ``fanout.INTERRUPT_GRACE_S``): the same promises, and that
   host's container, started after the interrupt, is stopped before fleet exits.
 - ``fleet logs -f``: both units' lines arrive prefixed ``host/unit | ``, a line logged after the
   follow began shows up (also with ``--tail 0``, which shows only new lines), and Ctrl-C ends it
@@ -34,6 +34,7 @@ from typing import Callable, Iterator
 
 import pytest
 
+from launcher.execute.fanout import INTERRUPT_GRACE_S
 from launcher.sandbox.client import Sandbox
 from tests.cli_process import CliProcess, local_conns, peers
 
@@ -100,7 +101,7 @@ def containers(sb: Sandbox, host: str) -> list[str]:
 
 
 def locked(sb: Sandbox, host: str) -> bool:
-    return sb.ssh(host, f"test -e /run/lock/fleet/{DEPLOYMENT}").rc == 0
+    return sb.ssh(host, f"test -e /run/fleet/lock/{DEPLOYMENT}").rc == 0
 
 
 def processes(sb: Sandbox, host: str) -> list[str]:
@@ -283,7 +284,7 @@ def test_ctrl_c_while_a_host_hangs_in_the_survey_is_prompt_and_unlocks(sb: Sandb
 
 
 def test_ctrl_c_while_a_host_is_still_starting_its_unit_leaves_nothing_up(sb: Sandbox, tmp_path: Path) -> None:
-    # h7's `docker run` takes 6 s (its docker shim waits first): Ctrl-C lands while it runs, and
+    # h7's `docker run` takes 3x the grace (its docker shim waits first): Ctrl-C lands while it runs, and
     # fleet stops waiting for it after its short grace.  Its teardown must come after that
     # start on the host, not beside it: no container may come up once fleet has exited.
     began, ended = "fleet-int-start", "fleet-int-started"
@@ -292,8 +293,8 @@ def test_ctrl_c_while_a_host_is_still_starting_its_unit_leaves_nothing_up(sb: Sa
     shim = Path(sb.host("h7").dir) / "fakehw" / "bin" / "docker"
     shim.write_text(
         '#!/bin/sh\n[ "$1" = run ] || exec %s "$@"\n'
-        "touch /run/%s; python3 -c 'import time; time.sleep(6)' %s\n"
-        '%s "$@"; rc=$?; touch /run/%s; exit $rc\n' % (docker, began, began, docker, ended)
+        "touch /run/%s; python3 -c 'import time; time.sleep(%g)' %s\n"
+        '%s "$@"; rc=$?; touch /run/%s; exit $rc\n' % (docker, began, 3 * INTERRUPT_GRACE_S, began, docker, ended)
     )
     shim.chmod(0o755)
     try:

@@ -16,6 +16,7 @@ REFS = (SecretRef(name="HF_TOKEN", from_env="HF_TOKEN"),)
 def test_playbook_source_and_flag_overrides(tmp_path: Path) -> None:
     f = tmp_path / "tok"
     f.write_text("from-file\n")
+    f.chmod(0o600)
     assert resolve(REFS, (), {"HF_TOKEN": "from-env"}) == {"HF_TOKEN": "from-env"}
     assert resolve(REFS, (f"HF_TOKEN=@{f}",), {}) == {"HF_TOKEN": "from-file"}
     assert resolve(REFS, ("HF_TOKEN=env:OTHER",), {"OTHER": "x"}) == {"HF_TOKEN": "x"}
@@ -49,6 +50,7 @@ def test_bad_sources(flag: str, env: dict[str, str], message: str) -> None:
 def test_bad_secret_files(tmp_path: Path, content: bytes, message: str) -> None:
     f = tmp_path / "tok"
     f.write_bytes(content)
+    f.chmod(0o600)
     with pytest.raises(UsageError) as err:
         resolve(REFS, (f"HF_TOKEN=@{f}",), {})
     assert str(err.value) == message.format(f=f)
@@ -57,4 +59,19 @@ def test_bad_secret_files(tmp_path: Path, content: bytes, message: str) -> None:
 def test_a_crlf_file_leaves_no_carriage_return(tmp_path: Path) -> None:
     f = tmp_path / "tok"
     f.write_bytes(b"hf_abc\r\n")
+    f.chmod(0o600)
+    assert resolve(REFS, (f"HF_TOKEN=@{f}",), {}) == {"HF_TOKEN": "hf_abc"}
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o620, 0o644, 0o666])
+def test_a_file_group_or_others_may_access_is_refused_as_ssh_refuses_a_private_key(tmp_path: Path, mode: int) -> None:
+    """Issue 25 item 7: accepted silently before."""
+    f = tmp_path / "tok"
+    f.write_text("hf_abc\n")
+    f.chmod(mode)
+    with pytest.raises(UsageError) as err:
+        resolve(REFS, (f"HF_TOKEN=@{f}",), {})
+    assert str(err.value) == (f"secret HF_TOKEN: {f} is accessible by group or others (mode {mode:04o}); run chmod 600 "
+                              f"{f}, as ssh requires of a private key")  # fmt: skip
+    f.chmod(0o400)
     assert resolve(REFS, (f"HF_TOKEN=@{f}",), {}) == {"HF_TOKEN": "hf_abc"}

@@ -7,7 +7,7 @@ from typing import Mapping, Sequence
 
 import pytest
 
-from launcher.deploy.status import UnitStatus, group_verdicts, logs, status
+from launcher.deploy.status import LogLine, UnitStatus, group_verdicts, logs, status
 from launcher.errors import UnreachableError
 from launcher.execute.command import Command, Token
 from launcher.execute.transport import Result
@@ -72,7 +72,8 @@ def follow(host: DockerLogs, tail: int, then: Sequence[Sequence[str]]) -> list[s
         return host
 
     with pytest.raises(KeyboardInterrupt):
-        logs(target(pp_plan()), connect, shown.append, unit=UNIT, tail=tail, follow=True, sleep=sleep)
+        logs(target(pp_plan()), connect, lambda line: shown.append(str(line)), unit=UNIT, tail=tail, follow=True,
+             sleep=sleep)  # fmt: skip
     return shown
 
 
@@ -97,7 +98,7 @@ def test_follow_of_an_empty_log_shows_every_line_it_gets_later() -> None:
 def test_without_follow_the_last_lines() -> None:
     host = DockerLogs([(stamp(i), f"line {i}") for i in range(5)])
     shown: list[str] = []
-    logs(target(pp_plan()), lambda h: host, shown.append, unit=UNIT, tail=3)
+    logs(target(pp_plan()), lambda h: host, lambda line: shown.append(str(line)), unit=UNIT, tail=3)
     assert shown == [f"h1/{UNIT} | line {i}" for i in (2, 3, 4)]
     assert [a[7:9] for a in host.asked] == [("--tail", "3")]
 
@@ -130,3 +131,19 @@ def test_a_multinode_group_is_as_healthy_as_its_ranks() -> None:
     ]  # fmt: skip
     exited = [_row("pp-r0", "d/pp"), _row("pp-r1", "d/pp", state="exited", health="-")]
     assert group_verdicts(exited)[0].health == "failing"
+
+
+def test_logs_json_is_one_object_per_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """``fleet logs --json``: what the CLI prints for each line."""
+    import json
+
+    from launcher.cli.deploy import _json_line
+
+    host = DockerLogs([(stamp(i), f"line {i}") for i in range(3)])
+    logs(target(pp_plan()), lambda h: host, _json_line, unit=UNIT, tail=2)
+    _json_line(LogLine(host="h2", unit=None, text="unreachable: connection refused by 198.18.0.2:22"))
+    assert [json.loads(x) for x in capsys.readouterr().out.splitlines()] == [
+        {"host": "h1", "unit": UNIT, "line": "line 1"},
+        {"host": "h1", "unit": UNIT, "line": "line 2"},
+        {"host": "h2", "error": "unreachable: connection refused by 198.18.0.2:22"},
+    ]

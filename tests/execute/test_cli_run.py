@@ -148,7 +148,7 @@ def test_bad_forks_is_a_usage_error(home: Path, inventory: tuple[Path, int]) -> 
     inv, _ = inventory
     r = _run("-i", str(inv), "--forks", "0", "h1", "--", "true")
     assert r.exit_code == 2
-    assert "Invalid value for '--forks': 0 is not in the range x>=1." in r.stderr
+    assert r.stderr == "fleet: error: invalid value for '--forks': 0 is not in the range x>=1 (see 'fleet run --help')\n"
 
 
 def test_operator_known_hosts_is_read_by_default(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.errors import HostKeyError, RemoteError, UnreachableError
+from launcher.errors import InputError, HostKeyError, RemoteError, UnreachableError
 from launcher.execute.fanout import (
     Failed,
     FanoutInterrupted,
@@ -148,15 +148,14 @@ def test_no_hosts_and_bad_forks(connector: SshConnector) -> None:
         run_all([], _whoami, connector=connector, forks=0)
 
 
-def test_failed_connect_settings_are_failed_not_unreachable(
+def test_bad_connect_settings_stop_everything_before_any_host(
     connector: SshConnector, fleet: tuple[Sshd, ...]
 ) -> None:
+    """Bad input (issue #26 item 10): one error before any host is contacted, not a failure on
+    that host beside the others' results."""
     bad = replace(fleet[0].host(), ssh_common_args="-o ProxyCommand='nc %h %p'")
-    result = run_all([bad, fleet[1].host()], _whoami, connector=connector)
-    assert result.values() == {"h2": "h2"}
-    (failed,) = result.failed
-    assert isinstance(failed, Failed)
-    assert failed.message == (
-        "<none>:0:0: h1/ansible_ssh_common_args: ProxyCommand is not supported; use ProxyJump"
-    )
-    assert not any(isinstance(o, Unreachable) for o in result.outcomes)
+    ran: list[str] = []
+    with pytest.raises(InputError) as caught:
+        run_all([bad, fleet[1].host()], lambda h, t: ran.append(h.name), connector=connector)
+    assert str(caught.value) == "<none>:0:0: h1/ansible_ssh_common_args: ProxyCommand is not supported; use ProxyJump"
+    assert ran == []

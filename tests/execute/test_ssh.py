@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import stat
+import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from launcher.errors import RemoteError, UnreachableError
 from launcher.execute.command import Command, Secret
+from launcher.execute.hostkeys import KnownHosts
 from launcher.execute.ssh import SshConnector
 from launcher.execute.transport import PUT_TEMP_PREFIX, CommandTimeout, put_command
 
-from .sshd import Sshd
+from .sshd import TEST_OPTIONS, Sshd, SshdFactory
 
 
 def test_run_returns_exit_stdout_stderr(connector: SshConnector, fleet: tuple[Sshd, ...]) -> None:
@@ -194,3 +198,94 @@ def test_wrong_client_key_is_unreachable(
         f"h1: unreachable: authentication as root at [127.0.0.1]:{fleet[0].port} failed: "
         "Authentication failed."
     )
+
+
+def test_a_flood_of_output_is_read_only_to_the_bound(fleet: tuple[Sshd, ...], known_hosts_file: Path, tmp_path: Path) -> None:
+    """Issue 25 item 5 (bounded read per host): a host's output was read whole into memory."""
+    options = dataclasses.replace(TEST_OPTIONS, max_output=1 << 20)
+    with SshConnector(KnownHosts((known_hosts_file,), record_to=tmp_path / "rec"), options) as c:
+        t = c.connect(fleet[0].host())
+        with pytest.raises(RemoteError) as err:
+            t.run(["sh", "-c", "head -c 100000000 /dev/zero"], timeout=60)
+        assert str(err.value) == (f"{fleet[0].name}: sh -c 'head -c 100000000 /dev/zero': no exit status: sent more "
+                                  "than 1048576 bytes on stdout; fleet stopped reading it")  # fmt: skip
+        assert t.run(["echo", "ok"], timeout=10).stdout == b"ok\n", "the connection still serves"
+
+
+def _suspended_sshd(sshd: Sshd) -> list[psutil.Process]:
+    """``sshd`` and every sshd process under it (each connection's) SIGSTOPped: a hung host."""
+    top = psutil.Process(sshd.proc.pid)
+    stopped = []
+    for p in (top, *top.children(recursive=True)):
+        try:
+            if p.name().startswith("sshd"):
+                p.suspend()
+                stopped.append(p)
+        except psutil.NoSuchProcess:
+            continue  # a connection's sshd that ended between the listing and the signal (seen in CI)
+    return stopped
+
+
+def test_a_host_that_hangs_mid_command_is_named_by_the_liveness_bound(
+    sshd_factory: SshdFactory, tmp_path: Path
+) -> None:
+    """Issue 25 (left item 2): a connection that went silent mid-command was noticed only at the
+    command's timeout (120 s for a step).  Now no answer to the keepalives within
+    ``dead_after_s`` cuts it off, naming why; a host that answers them is left alone however long
+    its command runs (the first command, 3 s at a 1 s keepalive and a 2 s bound)."""
+    sshd = sshd_factory.start("hangs")
+    (tmp_path / "kh").write_text(sshd.known_line + "\n")
+    options = dataclasses.replace(TEST_OPTIONS, keepalive_s=1.0, dead_after_s=2.0)
+    with SshConnector(KnownHosts((tmp_path / "kh",), record_to=tmp_path / "rec"), options) as c:
+        t = c.connect(sshd.host())
+        assert t.run(["sleep", "3"], timeout=60).ok
+        began = tmp_path / "began"
+        stopped: list[psutil.Process] = []
+
+        def hang() -> None:
+            while not began.exists():
+                time.sleep(0.02)
+            stopped.extend(_suspended_sshd(sshd))
+
+        hanger = threading.Thread(target=hang)
+        hanger.start()
+        try:
+            with pytest.raises(UnreachableError) as info:
+                t.run(["sh", "-c", 'touch "$1"; exec sleep 100', "sh", str(began)], timeout=600)
+        finally:
+            hanger.join()
+            for p in stopped:
+                p.resume()
+    assert str(info.value) == (f"hangs: unreachable: connection lost during sh -c 'touch \"$1\"; exec sleep 100' sh "
+                               f"{began}: no answer to SSH keepalives within 2s")  # fmt: skip
+
+
+def test_close_leaves_no_thread_of_its_connections_running(connector: SshConnector, fleet: tuple[Sshd, ...]) -> None:
+    """A thread still running when the interpreter finalizes is ended by force inside its native
+    call; after ``close`` none of the connections' threads (paramiko's readers, the keepalive
+    watchers) is left to be."""
+    before = set(threading.enumerate())
+    for sshd in fleet[:2]:
+        assert connector.connect(sshd.host()).run(["true"], timeout=10).ok
+    assert len(set(threading.enumerate()) - before) >= 4  # per host: paramiko's reader and our watcher
+    connector.close()
+    assert [t.name for t in set(threading.enumerate()) - before] == []
+
+
+def test_a_live_host_slow_to_open_a_session_is_waited_for(sshd_factory: SshdFactory, tmp_path: Path) -> None:
+    """A CI run aborted a rolling restart on 'Timeout opening channel' from a live but loaded host:
+    opening a session was capped at ``connect_timeout``.  Now it has the command's own time; the
+    liveness bound alone names a host that stopped answering.  Here the host's sshd stalls for
+    twice ``connect_timeout``, inside the liveness bound, and the command runs."""
+    sshd = sshd_factory.start("slowopen")
+    (tmp_path / "kh").write_text(sshd.known_line + "\n")
+    options = dataclasses.replace(TEST_OPTIONS, connect_timeout=1.0, keepalive_s=5.0, dead_after_s=10.0)
+    with SshConnector(KnownHosts((tmp_path / "kh",), record_to=tmp_path / "rec"), options) as c:
+        t = c.connect(sshd.host())
+        stalled = _suspended_sshd(sshd)
+        resume = threading.Timer(2 * options.connect_timeout, lambda: [p.resume() for p in stalled])
+        resume.start()
+        try:
+            assert t.run(["echo", "opened"], timeout=60).stdout == b"opened\n"
+        finally:
+            resume.join()

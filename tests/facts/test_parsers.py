@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.preflight import facts
+from launcher.facts import host as facts
 
 CAP = Path(__file__).parent / "captured"
 
@@ -143,3 +143,7 @@ def test_gather_script_in_real_bash(tmp_path: Path) -> None:
     assert "npu" in hf.missing_tools
     assert hf.npus == ()
     assert list(hf.disk_free.values()) and all(v > 0 for v in hf.disk_free.values())
+    # Host RAM from the real /proc/meminfo (issue 30 item 6: the Mooncake store's segments are host RAM).
+    with open("/proc/meminfo") as f:
+        kib = int(next(line for line in f if line.startswith("MemTotal:")).split()[1])
+    assert hf.mem_total == kib * 1024

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.preflight.facts import MARKER, gather_script, sections_script, split_sections
+from launcher.facts.host import MARKER, gather_script, sections_script, split_sections
 
 SHELLS = [[str(shutil.which(s[0])), *s[1:]] for s in (["dash"], ["bash"], ["busybox", "sh"]) if shutil.which(s[0])]
 

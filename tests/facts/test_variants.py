@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.preflight import facts
+from launcher.facts import host as facts
 
 CAP = Path(__file__).parent / "captured"
 

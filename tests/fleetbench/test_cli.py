@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from launcher.bench import store
-from launcher.bench.spec import Shape
+from launcher.config.benchspec import Shape, Slo
 from tests.fleetbench.test_report_store import level, run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,6 +28,9 @@ def fleet(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
         (("--shape", "8k"), "bad shape '8k': expected IN+OUT token counts such as 8k+1k or 512+64"),
         (("--slo", "ttft=1"), "bad SLO 'ttft=1': expected ttft=MS,tpot=MS"),
         (("--concurrency", "4,0"), "bad --concurrency '4,0': expected distinct integers from 1 to 4096, such as 1,4,16"),
+        (("--request-rate", "1,x"), "bad --request-rate '1,x': expected distinct requests/s above 0 (at most 10000), such as 0.5,1,2"),
+        (("--request-rate", "1", "--concurrency", "2"), "--request-rate (open loop) and --concurrency (closed loop): give one"),
+        (("--attainment-target", "0"), "bad --attainment-target 0: expected a percentage above 0, at most 100"),
     ],
 )
 def test_bad_flags_one_line_exit_2(flag: tuple[str, ...], message: str) -> None:
@@ -44,13 +47,39 @@ def test_list_and_compare(tmp_path: Path) -> None:
     listed = fleet("bench", "list", env=env)
     assert listed.returncode == 0 and a.id in listed.stdout and b.id in listed.stdout, listed
     assert [r["id"] for r in json.loads(fleet("bench", "list", "--json", env=env).stdout)] == [a.id, b.id]
-    cmp = fleet("bench", "compare", a.id, "glm-tuned", env=env)
+    # different levels and GPU counts (issue 29 item 3): refused, one line, unless --force
+    refused = fleet("bench", "compare", a.id, "glm-tuned", env=env)
+    assert (refused.returncode, refused.stdout, refused.stderr) == (2, "", (
+        f"fleet: error: {b.id} vs {a.id}: not like for like -- different levels: concurrency 4,12 vs concurrency 16 (the best "
+        "levels below may be different loads; compare the common levels); different GPU counts: 16 vs 8; --force "
+        "compares them anyway\n"))  # fmt: skip
+    cmp = fleet("bench", "compare", a.id, "glm-tuned", "--force", env=env)
     assert cmp.returncode == 0, cmp
+    assert cmp.stderr.splitlines()[1] == f"WARNING: {b.id} vs {a.id}: different GPU counts: 16 vs 8 (compared anyway: --force)"
     assert cmp.stdout.splitlines()[0] == (
         f"{b.id} vs {a.id}: +44.0% goodput (per 8 GPUs) at 50k+1.5k; at the best level -11.1% TTFT p50, +10.0% TPOT p50"
     )
     missing = fleet("bench", "compare", a.id, "nope", env=env)
     assert (missing.returncode, missing.stderr) == (2, f"fleet: error: no saved bench run 'nope' in {tmp_path} (see `fleet bench list`)\n")
+
+
+def test_compare_refuses_another_shape_and_slo(tmp_path: Path) -> None:
+    """Issue 29 item 3: one line, exit 2, every difference named; --force warns once per difference."""
+    a = store.save(run(), tmp_path)
+    b = store.save(run(deployment="glm-8k", started="2026-12-01T16:00:00Z",
+                       shape=Shape(label="8k+1k", input_len=8000, output_len=1000),
+                       slo=Slo(ttft_ms=2000, tpot_ms=50, origin="--slo")), tmp_path)  # fmt: skip
+    env = {"FLEET_BENCH_DIR": str(tmp_path), "COLUMNS": "250"}
+    refused = fleet("bench", "compare", a.id, b.id, env=env)
+    assert (refused.returncode, refused.stdout, refused.stderr) == (2, "", (
+        f"fleet: error: {b.id} vs {a.id}: not like for like -- different shapes: 50k+1.5k vs 8k+1k; different SLOs: "
+        "ttft=10000,tpot=100 vs ttft=2000,tpot=50; --force compares them anyway\n"))  # fmt: skip
+    forced = fleet("bench", "compare", a.id, b.id, "--force", env=env)
+    assert forced.returncode == 0, forced
+    assert forced.stderr.splitlines() == [
+        f"WARNING: {b.id} vs {a.id}: different shapes: 50k+1.5k vs 8k+1k (compared anyway: --force)",
+        f"WARNING: {b.id} vs {a.id}: different SLOs: ttft=10000,tpot=100 vs ttft=2000,tpot=50 (compared anyway: --force)",
+    ]
 
 
 def test_bench_gate_needs_a_rolling_rollout() -> None:
@@ -95,6 +124,7 @@ def test_compare_shows_the_catalogs_gain_beside_the_measured_one(tmp_path: Path)
         f"  {tuned.id}: qwen-tuned gen 1 (qwen/sglang-tp2-h100-tuned), goodput 112.0 tok/s, per 8 GPUs 448.0, SLO ttft=10000,tpot=100\n"
         "  catalog: qwen/sglang-tp2-h100-tuned vs its baseline qwen/sglang-tp2-h100: +12.1% normalized throughput within "
         "the SLO at 8k+1k; measured: +12.0% goodput (per 8 GPUs)\n"
+        "  at concurrency 4: +12.0% goodput, -10.0% TTFT p50, +0.0% TPOT p50\n"  # level by level
     )
     # The other way round, the catalog's figure is still tuned against baseline.
     back = json.loads(fleet("bench", "compare", "qwen-tuned", "qwen-base", "--json", env=env).stdout)

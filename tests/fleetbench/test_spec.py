@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.bench.spec import Shape, parse_concurrency, parse_shape, parse_slo
+from launcher.config.benchspec import Shape, parse_concurrency, parse_shape, parse_slo
 from launcher.errors import InputError, UsageError
 from launcher.model import Source
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from launcher.model import Playbook
-from launcher.observe.publish import targets_path
+from launcher.deploy.publish import targets_path
 from launcher.sandbox.inventory import preview
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,3 +78,29 @@ def test_targets_path_flag_first_then_the_playbook_relative_to_its_directory(tmp
 def test_top_json_needs_once(inventory: str) -> None:
     proc = run("top", str(SINGLE), "-i", inventory, "--json")
     assert (proc.returncode, proc.stderr) == (2, "fleet: error: fleet top: --json prints one reading: use it with --once\n")
+
+
+def test_metrics_targets_names_unreachable_hosts_and_keeps_the_file(tmp_path: Path) -> None:
+    """Issue 25 item 14: h1 refuses connections (a closed port on loopback): ``metrics targets``
+    names it, exits 1, and leaves the previous targets file as it was -- not emptied to ``[]``,
+    and not created when there was none."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends: connections are refused
+    key = tmp_path / "client_key"
+    key.write_text("")  # never read: the connection is refused first
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text(preview(2).replace("ansible_host: 198.18.0.11", f"ansible_host: 127.0.0.1\n          ansible_port: {port}")
+                   .replace("/var/lib/fleet-sandbox/preview/client_key", str(key)))
+    out = tmp_path / "targets.json"
+    proc = run("metrics", "targets", str(SINGLE), "-i", str(inv), "-o", str(out))
+    assert proc.returncode == 1, proc.stderr
+    assert f"fleet: error: sb-single: unreachable: h1 (their previous targets in {out} are kept)" in proc.stderr.splitlines()
+    assert not out.exists()
+    previous = '[{"labels": {"deployment": "sb-single", "host": "h1"}, "targets": ["198.18.0.11:30000"]}]\n'
+    out.write_text(previous)
+    proc = run("metrics", "targets", str(SINGLE), "-i", str(inv), "-o", str(out))
+    assert proc.returncode == 1, proc.stderr
+    assert out.read_text() == previous

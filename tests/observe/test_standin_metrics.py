@@ -56,7 +56,7 @@ def test_running_and_waiting_follow_the_load_in_the_engines_names(procs: list[Pr
     exposed = samples(text)
     for field in ("running", "waiting", "kv_usage", "generation_tokens", "prompt_tokens", "requests"):
         assert getattr(names, field) in exposed, field
-    for hist in (names.ttft, names.tpot, names.e2e):
+    for hist in (h for h in (names.ttft, names.tpot, names.itl, names.e2e) if h):
         assert f"{hist}_bucket" in exposed and f"{hist}_count" in exposed, hist
     idle = read(names, text)
     assert (idle.running, idle.waiting, idle.kv_usage) == (0, 0, 0)
@@ -73,6 +73,8 @@ def test_running_and_waiting_follow_the_load_in_the_engines_names(procs: list[Pr
     done = read(*_load(base, engine))
     assert (done.running, done.waiting, done.kv_usage) == (0, 0, 0)
     assert done.generation_tokens == 5 * 25 and done.requests == 5
+    # one TPOT observation per request (issue 29 item 10: SGLang 0.5.23 has it as vLLM does)
+    assert names.tpot and samples(_load(base, engine)[1])[f"{names.tpot}_count"][0][1] == 5
 
 
 def test_sglang_serves_no_metrics_without_enable_metrics(procs: list[Proc]) -> None:

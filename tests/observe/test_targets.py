@@ -6,17 +6,19 @@ from __future__ import annotations
 import json
 import os
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from launcher.config.inventory import load_inventory
 from launcher.config.playbook import load_playbook
 from launcher.config.recipes import load_catalog
 from launcher.engines import flags
 from launcher.errors import InputError
 from launcher.observe import sdfile
 from launcher.observe.names import NAMES, kind_of, names_for
-from launcher.observe.targets import LABELS, endpoints, target_groups
+from launcher.observe.targets import LABELS, endpoints, scrape_endpoints, target_groups
 from launcher.plan import plan
 from tests.plan.test_catalog import ROOT, auto_plan
 from tests.plan.test_golden import sandbox_inventory
@@ -52,6 +54,54 @@ def test_vllm_pd_targets_include_vllm_router_and_mooncake_master_not_gateway() -
         ("router", "vllm-router", "29000"),
     }
     assert "gateway" in {u.role for u in p.units}
+
+
+def test_a_router_names_the_leaders_it_routes_to() -> None:
+    """From the router's own argv (--prefill / --decode / --worker-urls URLs): what ``fleet top``
+    adds up for the router's load."""
+    for p in (sandbox_plan("pd-2p1d.yaml"), sandbox_plan("rolling-router.yaml"),
+              auto_plan("deepseek/vllm-pd-tp8-6000d-nvfp4")):  # fmt: skip
+        eps = endpoints(p.units)
+        (router,) = [e for e in eps if e.role == "router"]
+        leaders = {e.address for e in eps if e.kind in ("sglang", "vllm")}
+        assert router.workers and set(router.workers) == leaders, p.deployment
+        assert all(e.workers == () for e in eps if e is not router)
+
+
+DP_ATTENTION = """\
+name: deepseek-adp
+recipe: deepseek/sglang-tp8pp2-6000d-fp8
+placement:
+  rank:
+    hosts: rtx6000d_rack1[0:1]
+overrides:
+  parallelism: {tp: 16, pp: 1, attn_dp: 2}
+"""
+
+
+def test_dp_attention_renders_metrics_for_all_schedulers_and_every_node_is_scraped(tmp_path: Path) -> None:
+    """SGLang 0.5.23 under attention DP: every scheduler reports (the flag), and the second node's
+    schedulers, a DP group of their own, are read at that node's /metrics (--port, its data IP)."""
+    (tmp_path / "pb.yaml").write_text(DP_ATTENTION)
+    inventory, catalog = load_inventory(ROOT / "inventories" / "example.yaml"), load_catalog(ROOT / "recipes")
+    p = plan(inventory, catalog, load_playbook(tmp_path / "pb.yaml", catalog, inventory))
+    r0, r1 = p.units
+    for u in (r0, r1):
+        assert flags.has(u.argv, ("--enable-metrics-for-all-schedulers",)) and flags.value(u.argv, ("--attn-dp-size",)) == "2"
+    assert [e.unit for e in endpoints(p.units)] == [r0.name]  # leaders only: what bench and k8s read
+    eps = scrape_endpoints(p.units)
+    assert [(e.unit, e.rank, e.kind, e.group) for e in eps] == [(r0.name, 0, "sglang", r0.group), (r1.name, 1, "sglang", r0.group)]
+    assert eps[1].address == f"{r1.env['SGLANG_HOST_IP']}:{flags.value(r1.argv, ('--port',))}" == "10.10.4.12:30000"
+    # without --enable-metrics no node serves /metrics: the second node is not scraped
+    no_metrics = replace(r1, argv=flags.remove(r1.argv, ("--enable-metrics",)))
+    assert [e.unit for e in scrape_endpoints((r0, no_metrics))] == [r0.name]
+
+
+def test_without_attention_dp_no_flag_and_only_leaders_are_scraped() -> None:
+    """TP/PP across nodes: a node > 0 holds peers of rank 0's schedulers, which rank 0 reports."""
+    for p in (sandbox_plan("pp2.yaml"), sandbox_plan("pd-2p1d.yaml"), auto_plan("kimi/sglang-tp8pp2-h100")):
+        assert scrape_endpoints(p.units) == endpoints(p.units)
+        assert not any(flags.has(u.argv, ("--enable-metrics-for-all-schedulers",)) for u in p.units)
 
 
 def test_removing_enable_metrics_is_an_operator_choice() -> None:
@@ -139,7 +189,8 @@ def test_sdfile_concurrent_updates_lose_nothing_and_readers_never_see_partial(tm
 def test_names_for_picks_the_newest_entry_not_newer_than_the_version() -> None:
     assert names_for("vllm", "0.32.0").kv_usage == "vllm:kv_cache_usage_perc"
     assert names_for("sglang", "0.5.23").running == "sglang:num_running_reqs"
-    assert names_for("sglang-router").running == "smg_worker_requests_active"
+    assert names_for("sglang-router").requests == "smg_router_requests_total"
+    assert names_for("sglang-router").running is None  # moves under some --policy values only (names.py)
     assert names_for("mooncake-master").running is None
     assert {k for k, _, _ in NAMES} == {"sglang", "vllm", "sglang-router", "vllm-router", "mooncake-master"}
 
@@ -155,7 +206,7 @@ def test_kind_of_reads_the_entry_points_fleet_renders() -> None:
 
 def test_publish_keeps_the_groups_of_a_host_it_cannot_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from launcher.deploy.status import UnitStatus
-    from launcher.observe import publish as pub
+    from launcher.deploy import publish as pub
     from launcher.pipeline import load_target
     from launcher.sandbox.inventory import preview
 
@@ -173,8 +224,22 @@ def test_publish_keeps_the_groups_of_a_host_it_cannot_read(tmp_path: Path, monke
         )  # fmt: skip
 
     monkeypatch.setattr(pub, "status", lambda t, c, f: rows(1, None))
-    assert {g["labels"]["generation"] for g in pub.publish(path, target, lambda h: None)} == {"1"}  # type: ignore[arg-type, return-value]
+    groups, missed = pub.publish(path, target, lambda h: None)  # type: ignore[arg-type, return-value]
+    assert {g["labels"]["generation"] for g in groups} == {"1"} and missed == ()
     monkeypatch.setattr(pub, "status", lambda t, c, f: rows(2, "h2"))
-    groups = pub.publish(path, target, lambda h: None)  # type: ignore[arg-type, return-value]
+    groups, missed = pub.publish(path, target, lambda h: None)  # type: ignore[arg-type, return-value]
+    assert missed == ("h2",)
     by_host = {g["labels"]["host"]: g["labels"]["generation"] for g in groups}
     assert by_host == {"h1": "2", "h2": "1", "h3": "2", "h4": "2", "h5": "2"}  # h2 unread: its last known target stays
+
+
+def test_the_bench_reads_prefix_caches_where_the_prompts_are_processed() -> None:
+    """fleet bench's prefix-cache hit rate (issue 29 item 1) reads the engines that run the
+    prompts: a prefill/decode deployment's prefills, else every instance leader (no router)."""
+    from launcher.bench.prefix import engine_endpoints
+
+    pd = engine_endpoints(sandbox_plan("pd-2p1d.yaml").units)
+    assert sorted((e.role, e.rank, e.kind) for e in pd) == [("prefill", 0, "sglang"), ("prefill", 0, "sglang")]
+    routed = engine_endpoints(sandbox_plan("rolling-router.yaml").units)
+    assert routed and all(e.role in ("single", "rank") and e.rank == 0 for e in routed)
+    assert len(routed) == len([e for e in endpoints(sandbox_plan("rolling-router.yaml").units) if e.role != "router"])

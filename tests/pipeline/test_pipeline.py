@@ -4,9 +4,11 @@ commands' target, the PD cohort's target, a deployment for new commands) agrees 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from launcher.pipeline import Endpoint, claimed_hosts, deployment, load_deployment, load_inputs, load_target, target_of
 from launcher.rolling.cohort import cohort_target
+from tests.watch.test_spares import inputs as spare_inputs
 
 INV = "inventories/example.yaml"
 ROUTER = "playbooks/router/single-qwen-h100.yaml"  # engines on h100-01:h100-02, the router on ctl-01
@@ -41,3 +43,10 @@ def test_a_deployment_names_its_http_endpoints() -> None:
                                          url="http://10.10.6.11:8000")  # fmt: skip
     assert [e.url for e in dep.endpoints[:2]] == ["http://10.20.0.11:30000", "http://10.20.0.12:30000"]
     assert len(dep.endpoints) == len([u for u in dep.plan.units if u.health is not None]) == 9
+
+
+def test_a_deployment_claims_its_spare_hosts(tmp_path: Path) -> None:
+    # fleet watch may have placed a group there: status, down, restart and collect look there too.
+    i = spare_inputs(tmp_path, spares="h8:h7")
+    assert [h.name for h in claimed_hosts(i.inventory, i.playbook)] == ["h1", "h2", "h3", "h4", "h5", "h7", "h8"]
+    assert [h.name for h in deployment(i).hosts] == ["h1", "h2", "h3", "h4", "h5", "h7", "h8"]

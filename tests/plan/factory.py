@@ -11,6 +11,7 @@ from launcher.model import (
     Constraint,
     Group,
     Hardware,
+    RoleImages,
     Host,
     HostSpec,
     Inventory,

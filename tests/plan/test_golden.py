@@ -3,8 +3,8 @@ playbook under playbooks/.  ``UPDATE_GOLDEN=1 pytest tests/plan`` rewrites them;
 
 A playbook is planned against inventories/example.yaml, except playbooks/{sandbox,bench}/*.yaml: the
 sandbox writes its inventory at ``fleet sandbox up``, so the harness plans them on the inventory
-a 15-host sandbox would write (h1..h15 with their fake-hardware profiles and the sandbox's SKU
-groups, addresses 198.18.0.11..25 -- never contacted).
+a 17-host sandbox would write (h1..h17 with their fake-hardware profiles and the sandbox's SKU
+groups, addresses 198.18.0.11..27 -- never contacted; h16, h17 are real-pd.yaml's Ethernet-only hosts).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from launcher.plan import plan, to_jsonable
 from tests.plan.test_catalog import ROOT, auto_plan, inputs, recipe_ids
 
 GOLDEN = ROOT / "tests" / "golden" / "plan"
-SANDBOX_HOSTS = 15
+PREVIEW_HOSTS = 17  # not SANDBOX_HOSTS: that name sizes a session's sandbox (tests/conftest.py)
 
 
 def render(p: Plan) -> str:
@@ -37,7 +37,7 @@ def compare(name: str, text: str) -> None:
 
 
 def sandbox_inventory() -> Inventory:
-    """The inventory a 15-host ``fleet sandbox up --systemd-hosts 2`` writes (slot 0), loaded like
+    """The inventory a 17-host ``fleet sandbox up --systemd-hosts 2`` writes (slot 0), loaded like
     any other."""
     import tempfile
 
@@ -46,7 +46,7 @@ def sandbox_inventory() -> Inventory:
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "sandbox.yaml"
-        path.write_text(preview(SANDBOX_HOSTS, systemd_hosts=2))
+        path.write_text(preview(PREVIEW_HOSTS, systemd_hosts=2))
         return load_inventory(path)
 
 

@@ -7,7 +7,7 @@ import pytest
 from launcher import network
 from launcher.errors import PlanError
 from launcher.plan import plan
-from launcher.preflight.facts import GidEntry, HostFacts
+from launcher.facts.host import GidEntry, HostFacts
 from tests.plan import factory as f
 
 
@@ -51,7 +51,7 @@ def test_no_fabric_disables_ib_and_forces_tcp() -> None:
         "NCCL_IB_DISABLE": "1",
     }
     assert network.mooncake_protocol(h) == "tcp"
-    assert network.ucx_env(h, None) == {}
+    assert network.ucx_env(h, None) == {"UCX_NET_DEVICES": "eth1", "UCX_TLS": "tcp"}
 
 
 def _gids(*entries: tuple[str, int, str]) -> HostFacts:

@@ -109,7 +109,8 @@ def test_sglang_pd_wiring() -> None:
 
 
 def test_vllm_pd_nixl_env_and_proxy() -> None:
-    r = f.pd(transfer="nixl", engine="vllm", engine_version="0.33.0", image="vllm/vllm-openai:v0.33.0")
+    r = f.pd(transfer="nixl", engine="vllm", engine_version="0.33.0", image="vllm/vllm-openai:v0.33.0",
+             images=f.RoleImages(router="vllm/vllm-router:nightly"))
     pb = f.playbook({"prefill": "h1", "decode": "h2", "router": "h2"}, {"prefill": 2}, ports={"router": 8100})
     r16 = hosts(2, **ROCE, gpu_count=16)
     units = by_name(plan(f.inventory(*r16), f.catalog(r), pb).units)
@@ -118,7 +119,7 @@ def test_vllm_pd_nixl_env_and_proxy() -> None:
     assert (p0.env["VLLM_NIXL_SIDE_CHANNEL_PORT"], p1.env["VLLM_NIXL_SIDE_CHANNEL_PORT"]) == ("5600", "5608")
     assert p0.env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "10.0.0.1" and p0.env["UCX_NET_DEVICES"] == "mlx5_0:1,mlx5_1:1"
     kv = json.loads(flags.value(p0.argv, ("--kv-transfer-config",)) or "")
-    assert kv == {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+    assert kv == {"kv_connector": "NixlConnector", "kv_role": "kv_producer"}
     assert units["fleet-x-router-r0"].argv == (
         "vllm-router", "--vllm-pd-disaggregation", "--kv-connector", "nixl", "--prefill", "http://10.0.0.1:8000",
         "--prefill", "http://10.0.0.1:8001", "--decode", "http://10.0.0.2:8000", "--host", "0.0.0.0", "--port", "8100",

@@ -13,7 +13,7 @@ from launcher.config.playbook import load_playbook
 from launcher.engines import router
 from launcher.engines.argcheck import check_argv, known_versions, split_command
 from launcher.errors import PlanError
-from launcher.model import Gateway, Parallelism, Playbook, Recipe, Role, Source, Unit
+from launcher.model import Gateway, Parallelism, Playbook, Recipe, Role, RoleImages, Source, Unit
 from launcher.plan import plan
 from tests.plan import factory as f
 from tests.plan.test_catalog import ROOT, inputs
@@ -22,7 +22,9 @@ from tests.plan.test_golden import playbook_paths, sandbox_inventory
 ROCE = dict(fabric="roce", hcas=("mlx5_0", "mlx5_1"), gid_index=3)
 ROUTER_LINE = Source(path="playbooks/x.yaml", line=9, col=5)
 TP4 = dict(hardware=f.Hardware(skus=("H100",), gpus_per_node=4), parallelism=Parallelism(tp=4))
-VLLM = dict(engine="vllm", engine_version="0.33.0", image="vllm/vllm-openai:v0.33.0")
+# vLLM's image does not carry vllm-router (launcher/engines/images.py): the router has its own.
+VLLM = dict(engine="vllm", engine_version="0.33.0", image="vllm/vllm-openai:v0.33.0",
+            images=RoleImages(router="vllm/vllm-router:nightly"))
 
 
 def fleet(n: int, **spec: object) -> tuple[f.Host, ...]:

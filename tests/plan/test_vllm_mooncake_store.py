@@ -38,7 +38,9 @@ def config_name(p: Plan, u: Unit) -> str:
 
 
 def vllm(**kw: object) -> f.Recipe:
-    return f.recipe(engine="vllm", engine_version="0.30.0", image="vllm/vllm-openai:v0.30.0", **kw)
+    # vLLM's release image does not carry mooncake_master (launcher/engines/images.py).
+    return f.recipe(engine="vllm", engine_version="0.30.0", image="vllm/vllm-openai:v0.30.0",
+                    images=f.RoleImages(mooncake_master="mooncake-master:0.3.13.post1"), **kw)
 
 
 def test_entry_32_units_point_at_their_own_config_file() -> None:

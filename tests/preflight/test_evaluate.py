@@ -11,12 +11,12 @@ from launcher.config.recipes import load_catalog
 from launcher.plan import auto_playbook
 from launcher.plan import plan as make_plan
 from launcher.preflight import checks as preflight
-from launcher.preflight.facts import Disk, GidEntry, Gpu, HostFacts, IbPort, Interface
+from launcher.facts.host import Disk, GidEntry, Gpu, HostFacts, IbPort, Interface
 from launcher.model import (
     ContainerSpec, Hardware, Host, HostSpec, Inventory, Mount, Parallelism, Plan, Quantization,
     Recipe, Speculative, Unit,
 )
-from launcher.preflight.checks import ImageProbe, PathProbe, ProbeResults, Reach, ReachTarget
+from launcher.preflight.rules.base import ImageProbe, PathProbe, ProbeResults, Reach, ReachTarget, parse_size
 
 RECIPE = Recipe(
     id="deepseek/sglang-tp8pp2-6000d", family="deepseek", catalog_entry=33, summary="s",
@@ -216,9 +216,9 @@ def test_unreachable_and_no_facts() -> None:
     plan, inv, facts = setup()
     del facts["gpu-02"]
     (c,) = preflight.failed(preflight.evaluate(plan, inv, RECIPE, facts))
-    assert c.line() == "fail: gpu-02: facts: no facts gathered (fix: run: fleet facts -i <inventory> --limit gpu-02)"
+    assert c.line() == "fail: gpu-02: facts: no facts gathered (fix: run: fleet facts -i INVENTORY --limit gpu-02)"
     (c,) = preflight.failed(preflight.evaluate(plan, inv, RECIPE, facts, unreachable={"gpu-02": "no SSH banner"}))
-    assert c.line() == "fail: gpu-02: ssh: unreachable: no SSH banner (fix: check SSH to gpu-02: fleet run -i <inventory> gpu-02 -- true)"
+    assert c.line() == "fail: gpu-02: ssh: unreachable: no SSH banner (fix: check SSH to gpu-02: fleet run -i INVENTORY gpu-02 -- true)"
 
 
 # --- probes ----------------------------------------------------------------------------------
@@ -300,36 +300,42 @@ def test_repo_id_weights_in_hf_cache_staged_or_absent() -> None:
         "HF_HUB_OFFLINE is set, so the engine cannot download it" in line
 
 
-def test_dspark_draft_must_sit_beside_the_target() -> None:
+def test_a_dspark_draft_given_as_a_repo_id_is_fetched_like_the_target() -> None:
+    """Issue 30 item 2: in download mode the draft is a repo id the engine fetches beside the
+    target in its cache: not finding it staged is the target's warning, not a failure."""
     recipe = dataclasses.replace(RECIPE, speculative=Speculative(algorithm="DSPARK", draft_model="org/draft",
                                                                  draft_beside_target=True))
     plan, inv, facts = setup(recipe=recipe)
     units = tuple(dataclasses.replace(u, argv=(*u.argv, "--speculative-draft-model-path", "org/draft")) for u in plan.units)
     plan = dataclasses.replace(plan, units=units)
     draft = "/models/org/draft"
-    hf = "/root/.cache/huggingface/hub/models--org--draft"  # no /root/.cache mount here: not mapped
     assert preflight.probe_paths(plan, inv, recipe)["gpu-01"] == (MODEL, draft)
-    assert hf not in preflight.probe_paths(plan, inv, recipe)["gpu-01"]
-    p = probes(paths={"gpu-01": {MODEL: PathProbe(exists=True, bytes=9, files=1), draft: PathProbe(exists=True, bytes=1, files=1)},
-                      "gpu-02": {MODEL: PathProbe(exists=True, bytes=9, files=1), draft: PathProbe(exists=False)}})
-    assert fails(preflight.evaluate(plan, inv, recipe, facts, p)) == [
-        "fail: gpu-02/fleet-ds-rank0-r1: draft: draft weights org/draft not staged: neither /models/org/draft "
-        "exists; the recipe needs it beside the target on every rank (fix: fleet weights stage PLAYBOOK -i "
-        "INVENTORY --source DIR|HOST:PATH (puts it at /models/org/draft on every rank))",
-    ]
+    p = probes(paths={h: {MODEL: PathProbe(exists=True, bytes=9, files=1), draft: PathProbe(exists=False)}
+                      for h in ("gpu-01", "gpu-02")})
+    checks = preflight.evaluate(plan, inv, recipe, facts, p)
+    assert fails(checks) == []
+    assert [c.line() for c in checks if c.name == "draft"][0] == (
+        "warn: gpu-01/fleet-ds-rank0-r0: draft: draft weights org/draft not staged: neither /models/org/draft "
+        "exists; every rank downloads it at start (fix: fleet weights stage PLAYBOOK -i INVENTORY --source "
+        "DIR|HOST:PATH (puts it at /models/org/draft on every rank))")
 
 
-def test_the_catalogs_dspark_draft_is_rendered_mounted_and_checked_on_the_host() -> None:
-    """Issue 16 item 16: entry 5 gave the engine the draft's hub repo id while the catalog keeps
-    the draft beside the target under the models mount; the engine now gets the mounted path and
+def test_the_catalogs_dspark_draft_follows_its_target() -> None:
+    """Issue 30 item 2 (entry 5): downloaded, the draft is the hub repo id like the target (it was
+    a /models path nothing fetched); staged, it is the mounted local copy beside the target and
     preflight checks that path on the host."""
     root = Path(__file__).resolve().parents[2]
     catalog, inv = load_catalog(root / "recipes"), load_inventory(root / "inventories" / "example.yaml")
     recipe = catalog.get("kimi/sglang-tp8-b300-dcp8-dspark-hicache-tuned")
-    the_plan = make_plan(inv, catalog, auto_playbook(recipe, inv))
+
+    def weights_args(weights: str) -> tuple[str, str]:
+        (u,) = make_plan(inv, catalog, dataclasses.replace(auto_playbook(recipe, inv), weights=weights)).units
+        return (u.argv[u.argv.index("--speculative-draft-model-path") + 1], u.argv[u.argv.index("--model-path") + 1])
+
+    assert weights_args("download") == ("RadixArk/Kimi-K3-DSpark", "moonshotai/Kimi-K3")
+    assert weights_args("staged") == ("/models/RadixArk/Kimi-K3-DSpark", "/models/moonshotai/Kimi-K3")
+    the_plan = make_plan(inv, catalog, dataclasses.replace(auto_playbook(recipe, inv), weights="staged"))
     (u,) = the_plan.units
-    i = u.argv.index("--speculative-draft-model-path")
-    assert u.argv[i + 1] == "/models/RadixArk/Kimi-K3-DSpark"  # was RadixArk/Kimi-K3-DSpark
     host_path = "/data/models/RadixArk/Kimi-K3-DSpark"  # b300-01's models_dir, mounted at /models
     assert host_path in preflight.probe_paths(the_plan, inv, recipe)[u.host]
     missing = ProbeResults(listening_ports={u.host: frozenset()}, running_units={u.host: frozenset()},
@@ -407,7 +413,7 @@ def test_reach_verdicts() -> None:
                probed=False, unreachable="gpu-02"),
          "warn: gpu-02/fleet-ds-rank0-r1: reach dist-init: dist-init 10.0.11.1:20000 on gpu-01 not probed: gpu-02 is "
          "unreachable over SSH (timed out connecting to 10.0.0.2:22) (fix: check SSH to gpu-02: fleet run -i "
-         "<inventory> gpu-02 -- true)"),
+         "INVENTORY gpu-02 -- true)"),
     ]
     for reach, line in cases:
         (c,) = [c for c in preflight.evaluate(plan, inv, RECIPE, facts, probes(reach=(reach,))) if c.name.startswith("reach")]
@@ -439,7 +445,7 @@ def test_evaluate_hosts_without_a_plan() -> None:
 def test_network_env_and_parse_size() -> None:
     plan, _, _ = setup()
     assert preflight.network_env(plan.units[1]) == {"NCCL_IB_GID_INDEX": "5", "NCCL_SOCKET_IFNAME": "=ens1f0"}
-    assert [preflight.parse_size(s) for s in ("32g", "512m", "1gb", "2", "x")] == [32 * 1024**3, 512 * 1024**2, 1024**3, 2, None]
+    assert [parse_size(s) for s in ("32g", "512m", "1gb", "2", "x")] == [32 * 1024**3, 512 * 1024**2, 1024**3, 2, None]
 
 
 def test_measured_weights_per_card_must_fit() -> None:
@@ -456,7 +462,7 @@ def test_the_rdma_probe_passes_exactly_the_rdma_flags_the_unit_runs_with() -> No
     """Preflight's /dev/infiniband probe container and the unit's own ``docker run`` get the
     device / capability / ulimit flags from one place (render); a flag added to the unit
     reaches the probe too."""
-    from launcher.render import docker_run_args
+    from launcher.runtimes.container import docker_run_args
 
     a = host("gpu-01", "10.0.11.1", 3)
     u = unit(a, 0, 3)
@@ -471,3 +477,45 @@ def test_the_rdma_probe_passes_exactly_the_rdma_flags_the_unit_runs_with() -> No
     start = run.index("--device")
     assert run[start:start + len(rdma)] == rdma
     assert probe[-2:] == ("--privileged", "img") and "--privileged" in run
+
+
+def _catalog_plan(recipe_id: str, **spec: object) -> tuple[Plan, Inventory, Recipe]:
+    root = Path(__file__).resolve().parents[2]
+    catalog, inv = load_catalog(root / "recipes"), load_inventory(root / "inventories" / "example.yaml")
+    if spec:
+        inv = dataclasses.replace(inv, hosts=tuple(
+            dataclasses.replace(h, spec=dataclasses.replace(h.spec, **spec)) for h in inv.hosts))  # type: ignore[arg-type]
+    recipe = catalog.get(recipe_id)
+    return make_plan(inv, catalog, auto_playbook(recipe, inv)), inv, recipe
+
+
+def test_the_mooncake_stores_segments_are_checked_against_host_ram() -> None:
+    """Issue 30 item 6: entry 43's 100 GB global segment per GPU is 800 GiB of host RAM on each
+    eight-GPU node: more than the host has fails, more than 80% of it warns."""
+    the_plan, inv, recipe = _catalog_plan("glm/sglang-pd-tp8pp2-6000d-fp8-mooncakestore")
+    host = next(u.host for u in the_plan.units if u.role == "prefill")
+
+    def memory_line(gib: int) -> str:
+        facts = {host: HostFacts(mem_total=gib * 1024**3)}
+        (check,) = [c for c in preflight.evaluate(the_plan, inv, recipe, facts) if c.name == "host-memory"]
+        return check.line()
+
+    need = f"{host}: host-memory: Mooncake store segments need 800.0 GiB of host RAM (8 GPUs x 100gb)"
+    assert memory_line(512) == (
+        f"fail: {need}; the host has 512.0 GiB (fix: use hosts with more RAM, or a recipe of your own with a "
+        "smaller mooncake_store.global_segment_size (per GPU))")
+    assert memory_line(900).startswith(f"warn: {need}; the host has 900.0 GiB: less than 20% left")
+    assert memory_line(1536) == f"pass: {need}; the host has 1.5 TiB"
+
+
+def test_a_fabric_other_than_the_measured_one_warns() -> None:
+    """Issue 30 item 4: entry 38 was measured over RoCE; on IB hosts preflight says the figures
+    do not carry over (a warning: it runs)."""
+    the_plan, inv, recipe = _catalog_plan("glm/sglang-tp8pp2ep8-6000d", fabric="ib")
+    lines = [c.line() for c in preflight.evaluate(the_plan, inv, recipe, {}) if c.name == "fabric"]
+    assert lines[0] == (
+        "warn: rtx-01: fabric: fabric ib; glm/sglang-tp8pp2ep8-6000d's figures were measured over roce (fix: "
+        "compare against the catalog's numbers with care, or place it on hosts with fabric roce)")
+    assert len(lines) == 2
+    the_plan, inv, recipe = _catalog_plan("glm/sglang-tp8pp2ep8-6000d")
+    assert [c for c in preflight.evaluate(the_plan, inv, recipe, {}) if c.name == "fabric"] == []

@@ -8,7 +8,7 @@ import pytest
 from launcher.errors import HostKeyError
 from launcher.execute.transport import Transport
 from launcher.model import Host, Inventory
-from launcher.preflight.run import gather_facts
+from launcher.facts.gather import gather_facts
 
 
 class _Refusing:

@@ -10,12 +10,13 @@ import subprocess
 from pathlib import Path
 
 from launcher import hostscripts
+from launcher.engines.images import program_of
 from launcher.config.recipes import Catalog
 from launcher.model import ContainerSpec, RoleImages, Unit
 from launcher.pipeline import load_inputs
 from launcher.plan import plan
 from launcher.preflight import checks as preflight
-from launcher.preflight.checks import ProgramsProbe
+from launcher.preflight.rules.base import ProgramsProbe
 from tests.preflight.test_evaluate import RECIPE, probes, setup
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,8 +52,8 @@ def test_the_router_image_is_the_engine_image_unless_recipe_or_playbook_names_on
 
 
 def test_program_of_a_unit_and_one_probe_per_image_per_host() -> None:
-    assert preflight.program_of(("vllm-router", "--port", "1")) == "vllm-router"
-    assert preflight.program_of(("python3", "-m", "sglang_router.launch_router")) == "python3 -m sglang_router.launch_router"
+    assert program_of(("vllm-router", "--port", "1")) == "vllm-router"
+    assert program_of(("python3", "-m", "sglang_router.launch_router")) == "python3 -m sglang_router.launch_router"
     the_plan, _, _ = setup()
     r = Unit(host="gpu-01", name="fleet-ds-router-r0", deployment="ds", role="router", group="ds/router",
              argv=("vllm-router", "--port", "8000"), container=ContainerSpec(image="img"))
@@ -94,4 +95,26 @@ def test_verdicts_name_host_image_and_program() -> None:
         "not checked (fix: docker pull img, then run fleet preflight again)",
         "warn: gpu-02/fleet-ds-rank0-r1: programs: could not look into image img: exec: \"sh\": executable file "
         "not found in $PATH (fix: see the error (the check runs sh inside the image))",
+    ]
+
+
+def test_a_nixl_unit_needs_nixl_in_its_image() -> None:
+    """vLLM with NixlConnector imports the nixl package at engine start (not a dependency of the
+    vllm wheel): its image must provide it, and a missing one fails naming host, image and it."""
+    the_plan, inv, facts = setup()
+    kv = '{"kv_connector":"NixlConnector","kv_role":"kv_consumer"}'
+    d = Unit(host="gpu-02", name="fleet-ds-decode0-r0", deployment="ds", role="decode", group="ds/decode0",
+             argv=("vllm", "serve", "/m", "--kv-transfer-config", kv), container=ContainerSpec(image="vimg"))
+    the_plan = dataclasses.replace(the_plan, units=(*the_plan.units, d))
+    assert preflight.image_programs(the_plan)["gpu-02"] == (
+        ("img", ("python3 -m sglang.launch_server",)), ("vimg", ("python3 -m nixl", "vllm")),
+    )
+    found = preflight.evaluate(the_plan, inv, RECIPE, facts, probes(programs={
+        ("gpu-01", "img"): ProgramsProbe(status="checked"),
+        ("gpu-02", "img"): ProgramsProbe(status="checked"),
+        ("gpu-02", "vimg"): ProgramsProbe(status="checked", missing=("python3 -m nixl",)),
+    }))
+    assert [c.line() for c in found if c.name == "programs" and c.status == "fail"] == [
+        "fail: gpu-02/fleet-ds-decode0-r0: programs: image vimg on gpu-02 has no python3 -m nixl (the decode needs "
+        "it) (fix: use an image that provides it: image in the recipe, or overrides.image in the playbook)",
     ]

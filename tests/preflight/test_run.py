@@ -169,7 +169,7 @@ def test_listener_crash_is_reported_and_cleanup_still_runs() -> None:
     checks = run(inventory("h2", "h6"), connector)
     assert lines(checks, "warn")[-1] == (
         "warn: h6/fleet-x-rank0-r1: reach dist-init: dist-init 198.18.48.12:20000 on h2 not probed: h6 is unreachable "
-        "over SSH (connection lost during reachability client) (fix: check SSH to h6: fleet run -i <inventory> h6 -- "
+        "over SSH (connection lost during reachability client) (fix: check SSH to h6: fleet run -i inv.yaml h6 -- "
         "true)")
     assert connector.log[-1] == ("h2", "cleanup")
 
@@ -209,13 +209,13 @@ def test_unreachable_host_fails_and_is_not_probed() -> None:
     checks = run(inv, connector)
     assert lines(checks, "fail") == [
         "fail: h6: ssh: unreachable: no SSH banner from 198.18.48.16 within 10s (fix: check SSH to h6: fleet run -i "
-        "<inventory> h6 -- true)",
+        "inv.yaml h6 -- true)",
     ]
     assert [h for h, _ in connector.log] == ["h2", "h2"]
     # The hint names the host SSH could not reach and how that was seen (issue 16 item 11).
     assert "warn: h6/fleet-x-rank0-r1: reach dist-init: dist-init 198.18.48.12:20000 on h2 not probed: h6 is " \
         "unreachable over SSH (no SSH banner from 198.18.48.16 within 10s) (fix: check SSH to h6: fleet run -i " \
-        "<inventory> h6 -- true)" in lines(checks)
+        "inv.yaml h6 -- true)" in lines(checks)
 
 
 def test_host_without_python3_is_not_probed() -> None:
@@ -231,3 +231,37 @@ def test_host_without_python3_is_not_probed() -> None:
     assert "warn: h6/fleet-x-rank0-r1: reach dist-init: dist-init 198.18.48.12:20000 on h2 not probed: python3 is " \
         "not on PATH on h6 (fix: install python3 on both hosts (the probe uses its standard library))" in lines(checks)
     assert "listener" not in [k for _, k in connector.log]
+
+
+def test_limit_asks_and_checks_only_its_hosts(monkeypatch: object, tmp_path: Path) -> None:
+    """``--limit h6``: facts and probes go to h6 alone; h2 (outside) is planned as configured,
+    and the report's plan is still the whole deployment's (what ``fleet up`` deploys from)."""
+    import pytest
+
+    assert isinstance(monkeypatch, pytest.MonkeyPatch)
+    monkeypatch.setenv("FLEET_FACTS_DIR", str(tmp_path))  # nothing cached
+    connector = Scripted(healthy())
+    inv = f.inventory(f.host("h2", "198.18.48.12", nccl_ifname="veth0", gid_index=5, models_dir="/srv/models",
+                             cache_dir="/srv/cache"),
+                      f.host("h6", "198.18.48.16", nccl_ifname="veth0", gid_index="auto", models_dir="/srv/models",
+                             cache_dir="/srv/cache"))  # fmt: skip
+    pb = f.playbook({"single": "h2:h6"}, replicas={"single": 2},
+                    overrides=f.overrides(drop_docker_flags=("--gpus", "--ulimit")))  # fmt: skip
+    report = run_preflight(inv, f.catalog(f.recipe()), pb, connector, cache=False, limit="h6")
+    assert sorted(set(connector.log)) == [("h6", "gather"), ("h6", "probe")]
+    assert report.plan is not None and [u.host for u in report.plan.units] == ["h2", "h6"]
+    assert {c.host for c in report.checks} == {"h6"}
+
+
+def test_limit_that_splits_a_group_is_refused_before_any_host() -> None:
+    import pytest
+
+    from launcher.errors import UsageError
+
+    connector = Scripted(healthy())
+    inv = f.inventory(*(f.host(n, ip, nccl_ifname="veth0", gid_index=3, models_dir="/srv/models",
+                               cache_dir="/srv/cache") for n, ip in (("h2", "198.18.48.12"), ("h6", "198.18.48.16"))))  # fmt: skip
+    with pytest.raises(UsageError) as caught:
+        run_preflight(inv, f.catalog(f.multinode()), playbook("h2:h6"), connector, cache=False, limit="h6")
+    assert str(caught.value) == "--limit splits group 'x/rank0': it also runs on h2; include those hosts"
+    assert connector.log == []

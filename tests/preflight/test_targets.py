@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from launcher.model import Inventory
-from launcher.model import Playbook, Recipe
+from launcher.model import Playbook, Recipe, RoleImages
 from launcher.plan import plan
 from launcher.preflight import checks as preflight
 from tests.preflight import factory as f
@@ -63,7 +63,8 @@ def test_pd_with_two_node_prefill_and_mooncake_store() -> None:
 
 def test_vllm_nixl_side_channel_from_decode() -> None:
     inv = fleet()
-    recipe = f.pd(transfer="nixl", engine="vllm", engine_version="0.11.0", image="vllm/vllm-openai:v0.11.0")
+    recipe = f.pd(transfer="nixl", engine="vllm", engine_version="0.11.0", image="vllm/vllm-openai:v0.11.0",
+             images=RoleImages(router="vllm/vllm-router:nightly"))
     got = targets(inv, recipe, f.playbook({"prefill": "h1:h2", "decode": "h3", "router": "h4"}))
     assert got == [
         ("nixl-side-channel", "h1", "10.0.0.1", 5600, ["h3"]),

@@ -2,6 +2,7 @@
 stand-in, the results must match (the stand-in's contract, checked).
 
 - health: ``GET /health`` 200 once serving (fleet's health gate);
+- version: ``GET /version`` a JSON object with one ``version`` field (what ``fleet bench`` reports);
 - models: ``GET /v1/models`` names the served model;
 - in-flight counter: :func:`launcher.rolling.router_api.inflight` (what drain waits on) reads 0
   when idle, >= 1 while a stream runs, 0 again after;
@@ -18,7 +19,10 @@ import time
 import urllib.request
 from typing import Any
 
-from launcher.rolling.router_api import DirectHttp, inflight
+from launcher.bench.version import version_of
+from launcher.hosthttp import DirectHttp
+from launcher.observe.names import version_key
+from launcher.rolling.router_api import inflight
 
 STREAM_TOKENS = 480  # long enough to be seen in flight by a poll (~2 s at ~250 tokens/s)
 MAX_STREAMS = 10  # streams sent back to back until one is seen in flight
@@ -53,6 +57,10 @@ def probe(base: str, model: str) -> dict[str, Any]:
     with urllib.request.urlopen(f"{base}/v1/models", timeout=10) as r:
         models = json.loads(r.read())
     seen["models"] = (models.get("object"), [m.get("id") for m in models.get("data", [])])
+    # the version endpoint fleet bench reads (launcher/bench/version.py): vLLM's /version
+    with urllib.request.urlopen(f"{base}/version", timeout=10) as r:
+        doc = json.loads(r.read())
+    seen["version"] = (sorted(doc), version_of(json.dumps(doc)) is not None and bool(version_key(doc["version"])))
     http = DirectHttp()
     seen["inflight_idle"] = inflight(http, base)
 
@@ -106,9 +114,67 @@ def probe(base: str, model: str) -> dict[str, Any]:
 
 EXPECTED = {
     "health": 200,
+    "version": (["version"], True),
     "inflight_idle": 0,
     "chat": ("chat.completion", "assistant", "str", "length", 5, ["completion_tokens", "prompt_tokens", "total_tokens"]),
     "inflight_busy_seen": True,
     "stream": ({"chat.completion.chunk"}, "assistant", ["length"], "[DONE]", STREAM_TOKENS, True),
     "inflight_after": 0,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# prefill/decode (vLLM's NixlConnector): what a PD router does, and what fleet's canary reads
+
+# The kv_transfer_params keys the stand-in's prefill answers (launcher/sandbox/standin/server.py):
+# the real one must answer them too (it may answer more), since routers pass the dict on whole.
+PD_PARAMS = ("do_remote_prefill", "remote_block_ids", "remote_engine_id", "remote_host", "remote_port")
+
+
+def _completion(base: str, body: dict[str, Any], timeout: float = 300.0) -> dict[str, Any]:
+    req = urllib.request.Request(f"{base}/v1/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})  # fmt: skip
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        doc: dict[str, Any] = json.loads(r.read())
+    return doc
+
+
+def _transfers(base: str) -> tuple[float, float]:
+    """The decode's (done, failed) KV transfers, in the names fleet's canary reads."""
+    from launcher.observe.load import transfers
+    from launcher.observe.names import names_for
+
+    with urllib.request.urlopen(f"{base}/metrics", timeout=10) as r:
+        t = transfers(names_for("vllm"), r.read().decode())
+    assert t is not None
+    return t.done, t.failed
+
+
+def pd_probe(prefill: str, decode: str, model: str) -> dict[str, Any]:
+    """The exchange a PD router runs (vllm-router, vLLM's toy proxy): the prefill asked for one
+    token with ``do_remote_decode``, its ``kv_transfer_params`` handed to the decode, which pulls
+    the KV and generates; and the decode's transfer counters around it (normalised: shapes)."""
+    seen: dict[str, Any] = {}
+    before = _transfers(decode)
+    first = _completion(prefill, {"model": model, "prompt": "prefill here, decode there", "max_tokens": 1,
+                                  "kv_transfer_params": {"do_remote_decode": True, "do_remote_prefill": False}})  # fmt: skip
+    params = first.get("kv_transfer_params") or {}
+    seen["prefill"] = (first["object"], first["usage"]["completion_tokens"], sorted(k for k in PD_PARAMS if k in params))
+    seen["params_types"] = {k: type(params[k]).__name__ for k in PD_PARAMS if k in params}
+    answer = _completion(decode, {"model": model, "prompt": "prefill here, decode there", "max_tokens": 4,
+                                  "ignore_eos": True, "kv_transfer_params": params})  # fmt: skip
+    seen["decode"] = (answer["object"], answer["choices"][0]["finish_reason"], answer["usage"]["completion_tokens"])
+    deadline = time.monotonic() + 15  # the real decode's counters follow its engine loop by a step
+    while (after := _transfers(decode))[0] == before[0] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    seen["transfers"] = (after[0] - before[0], after[1] - before[1])
+    return seen
+
+
+PD_EXPECTED = {
+    "prefill": ("text_completion", 1, sorted(PD_PARAMS)),
+    "params_types": {"do_remote_prefill": "bool", "remote_block_ids": "list", "remote_engine_id": "str",
+                     "remote_host": "str", "remote_port": "int"},
+    "decode": ("text_completion", "length", 4),
+    "transfers": (1.0, 0.0),
 }

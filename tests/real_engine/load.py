@@ -4,7 +4,8 @@ stop) with OpenAI chat requests a REAL vLLM answers, each checked whole: a short
 asked, then ``[DONE]`` (``ignore_eos``: the random model would stop anywhere).  A body cut short
 counts as truncated.  Each prompt is mostly random text: the router's default cache-aware policy
 sends a prompt that shares most of its text with earlier ones to the same worker, which would
-leave the other replica idle."""
+leave the other replica idle.  Each answer's completion id is kept (``origin["id"]``): through
+vllm-router in PD mode it names the prefill and decode that served it."""
 
 from __future__ import annotations
 
@@ -38,8 +39,9 @@ class ChatLoad(LoadGen):
             body["stream_options"] = {"include_usage": True}
         conn = http.client.HTTPConnection(self.host, self.port, timeout=120)
 
-        def out(ok: bool, error: str = "", status: int = 200) -> Outcome:
-            return Outcome(n=n, kind=kind, ok=ok, started=started, ended=time.time(), status=status, error=error)
+        def out(ok: bool, error: str = "", status: int = 200, cid: str = "") -> Outcome:
+            return Outcome(n=n, kind=kind, ok=ok, started=started, ended=time.time(), status=status, error=error,
+                           origin={"id": cid} if cid else {})  # fmt: skip
 
         try:
             conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
@@ -48,15 +50,17 @@ class ChatLoad(LoadGen):
             if resp.status != 200:
                 return out(False, f"HTTP {resp.status}: {raw[:200]!r}", resp.status)
             if not stream:
-                got = json.loads(raw)["usage"]["completion_tokens"]
-                return out(got == want, "" if got == want else f"truncated: {got} tokens")
+                doc = json.loads(raw)
+                got = doc["usage"]["completion_tokens"]
+                return out(got == want, "" if got == want else f"truncated: {got} tokens", cid=str(doc.get("id", "")))
             events = [ln[6:] for ln in raw.decode().splitlines() if ln.startswith("data: ")]
             chunks = [json.loads(e) for e in events if e != "[DONE]"]
             finish = [c["choices"][0]["finish_reason"] for c in chunks if c.get("choices") and c["choices"][0]["finish_reason"]]
             usage = [c["usage"]["completion_tokens"] for c in chunks if c.get("usage")]
             done = events[-1:] == ["[DONE]"]
             whole = done and finish == ["length"] and usage == [want]
-            return out(whole, "" if whole else f"truncated: finish={finish} usage={usage} done={done}")
+            cid = next((str(c["id"]) for c in chunks if c.get("id")), "")
+            return out(whole, "" if whole else f"truncated: finish={finish} usage={usage} done={done}", cid=cid)
         except http.client.IncompleteRead as err:  # the body was cut: a stream that lost its end
             return out(False, f"truncated: {err!r}", 0)
         except (OSError, ValueError, KeyError, http.client.HTTPException) as err:

@@ -4,28 +4,30 @@ multi-node vLLM recipes (``--nnodes 2 --node-rank N --master-addr --headless``).
 
 - the ranks rendezvous over the data interface: each container carries its host's
   GLOO_SOCKET_IFNAME / VLLM_HOST_IP from the inventory, and the group answers a chat completion;
-- rank 1's container killed: ``fleet status`` reports the group unhealthy;
+- rank 1's container killed: ``fleet status`` reports the group unhealthy; then ``fleet watch``
+  (one survey) recreates the group -- every rank stopped, both started together, health-gated --
+  and it answers a chat completion again (issue 28's proof 2; its timings are printed);
 - a wrong interface name in the inventory: preflight refuses it (``fleet up`` starts nothing);
   with ``--skip-preflight`` the real engine's own failure -- the rank's log line ``Unable to find
   address for: ens9`` -- reaches fleet's error, and the group is torn down.
 
-The healthy deployment is shared by the first two tests (one cold start, ~2 min).
+The healthy deployment is shared by the first three tests (one cold start, ~2 min; the watch's
+recreation is a second start of the same group).
 """
 
 from __future__ import annotations
 
+import datetime
 import json
-import subprocess
 import time
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-import yaml
 
 from launcher.sandbox.client import Sandbox
 from tests.real_engine.harness import (
-    PLAYBOOKS, REPO, UP_TIMEOUT_S, chat, containers, endpoints, fleet, ok, status, up_json,
+    PLAYBOOKS, chat, containers, endpoints, fleet, misnamed_nic_inventory, ok, require_netns, status, up_json, up_on,
 )
 
 pytestmark = pytest.mark.real_engine
@@ -47,8 +49,7 @@ def container_env(sb: Sandbox, host: str, name: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def pp2(sandbox_fleet: Sandbox) -> Iterator[dict[str, Any]]:
     sb = sandbox_fleet
-    if sb.state.mode != "netns":
-        pytest.skip("two-node PP needs a netns sandbox (one data IP per host)")
+    require_netns(sb, "two-node PP")
     t0 = time.monotonic()
     doc = up_json(sb, PLAYBOOK)
     doc["seconds"] = time.monotonic() - t0
@@ -90,29 +91,45 @@ def test_rank1_killed_group_unhealthy(sandbox_fleet: Sandbox, pp2: dict[str, Any
     print(f"status after rank 1 was killed: {[(u, r['state'], r['health']) for u, r in rows.items()]}")
 
 
-def _wrong_ifname_inventory(sb: Sandbox, tmp_path: Path) -> Path:
-    doc = yaml.safe_load(Path(sb.inventory).read_text())
-    doc["all"]["children"]["sandbox"]["hosts"]["h10"]["nccl_ifname"] = "ens9"
-    path = tmp_path / "inventory-ens9.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
+def test_watch_recreates_the_group(sandbox_fleet: Sandbox, pp2: dict[str, Any], tmp_path: Path,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    sb = sandbox_fleet
+    monkeypatch.setenv("FLEET_STATE_DIR", str(tmp_path / "state"))  # the watch's run history, not the user's
+    live = {r["unit"]: r["state"] for r in status(sb, PLAYBOOK)}
+    if live.get(RANKS[1][1]) == "running":  # run alone: rank 1 is killed here, as the test before does
+        assert sb.ssh("h10", f"docker kill {RANKS[1][1]}").rc == 0
+    began = time.time()
+    watched = fleet(sb, "watch", str(PLAYBOOK), "--once", "--json", "-q")
+    events = [json.loads(line) for line in watched.stdout.splitlines() if line.startswith("{")]
+    assert watched.returncode == 0, (watched.stdout, watched.stderr[-3000:])
+    kinds = [(e["kind"], e["group"]) for e in events if e["kind"] != "note"]
+    assert kinds == [("recreating", f"{DEPLOYMENT}/rank0"), ("recovered", f"{DEPLOYMENT}/rank0")], events
+    assert f"{RANKS[1][0]}/{RANKS[1][1]} is " in events[-2]["message"], events[-2]
+    done = events[-1]
+    print(f"real PP2 recreated by the watch ({events[-2]['message']}): {done['took_s']:.1f}s "
+          f"(restart + health gate {done['restart_s']:.1f}s)")
+    rows = {r["unit"]: r for r in status(sb, PLAYBOOK)}
+    assert {u: (r["state"], r["health"]) for u, r in rows.items()} == {RANKS[0][1]: ("running", "ok"),
+                                                                       RANKS[1][1]: ("running", "-")}, rows  # fmt: skip
+    base = endpoints(sb, PLAYBOOK)[RANKS[0][1]]
+    answer = chat(base, "deepseek-v3.2", "recreated by the watch", max_tokens=4)
+    assert answer["usage"]["completion_tokens"] == 4, answer
+    # Both ranks started again after the watch began (rank 1 alone restarted could not rejoin rank 0's world).
+    for host, unit in RANKS:
+        started = sb.ssh(host, f"docker inspect -f '{{{{.State.StartedAt}}}}' {unit}").out.strip()
+        assert datetime.datetime.fromisoformat(started[:26].rstrip("Z") + "+00:00").timestamp() > began, (unit, started)
 
 
 def test_wrong_interface_preflight_then_engine_error(sandbox_fleet: Sandbox, pp2: dict[str, Any], tmp_path: Path) -> None:
     sb = sandbox_fleet
     ok(fleet(sb, "down", str(PLAYBOOK), "-q", "--break-lock"))
-    inv = _wrong_ifname_inventory(sb, tmp_path)
-
-    def up(*extra: str) -> subprocess.CompletedProcess[str]:
-        cmd = ["fleet", "up", str(PLAYBOOK), "-i", str(inv), "--known-hosts", sb.known_hosts, *extra]
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=UP_TIMEOUT_S, cwd=REPO)
-
-    refused = up()
+    inv = misnamed_nic_inventory(sb, "h10", tmp_path)
+    refused = up_on(sb, PLAYBOOK, inv)
     assert refused.returncode != 0
     assert "ens9" in refused.stderr and "h10" in refused.stderr, refused.stderr
     assert containers(sb, HOSTS, DEPLOYMENT) == [], "preflight refused before anything started"
 
-    failed = up("--skip-preflight")
+    failed = up_on(sb, PLAYBOOK, inv, "--skip-preflight")
     assert failed.returncode != 0, failed.stdout
     assert "Unable to find address for: ens9" in failed.stderr, failed.stderr
     assert containers(sb, HOSTS, DEPLOYMENT) == [], "the failed group is torn down"

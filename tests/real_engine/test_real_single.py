@@ -8,7 +8,8 @@ one cold start shared by the module's tests (in order):
    same on the real engine and on the stand-in (launcher/sandbox/standin/server.py);
    ``fleet top`` reads the real engine's load from its own metrics (running > 0 under a bounded
    load, 0 after); ``fleet bench`` measures it end to end with aiperf (the report produced, its
-   small numbers flagged as not the recipe's image);
+   small numbers flagged as not the recipe's image), and it and ``vllm bench serve`` at the same
+   load are cross-checked against the engine's own record (:mod:`tests.real_engine.crosscheck`);
 3. SIGTERM, as fleet's stop sends it (``docker stop -t <grace>``), under a sustained streaming
    load: with the playbook's ``--shutdown-timeout`` the streams in flight finish whole and the
    engine exits by itself;
@@ -31,11 +32,12 @@ from typing import Any, Iterator
 import pytest
 
 from launcher.render import STOP_TIMEOUT_S
-from launcher.rolling.router_api import DirectHttp, inflight
+from launcher.hosthttp import DirectHttp
+from launcher.rolling.router_api import inflight
 from launcher.sandbox.client import Sandbox
-from tests.real_engine import contract
+from tests.real_engine import contract, crosscheck
 from tests.real_engine.harness import (
-    PLAYBOOKS, REPO, chat, containers, endpoints, fleet, get, leftovers, ok, status, up_json,
+    PLAYBOOKS, REPO, chat, containers, endpoints, fleet, fleet_env, get, leftovers, ok, status, up_json, wait_healthy,
 )  # fmt: skip
 
 pytestmark = pytest.mark.real_engine
@@ -46,6 +48,9 @@ PLAYBOOK = PLAYBOOKS / "real-single.yaml"
 UNIT = "fleet-sb-real-single-single0-r0"
 MODEL = "ministral-3-14b"
 STREAM_TOKENS = 400
+# The bench and its cross-check: 32+128 tokens at concurrency 2, 4 requests, by each client (the
+# engine generates 1024 tokens in all: a loaded CI machine gives it ~1-10 tokens/s).
+XCHECK_IN, XCHECK_OUT, XCHECK_C, XCHECK_N = 32, 128, 2, 4
 
 
 @pytest.fixture(scope="module")
@@ -88,15 +93,7 @@ def test_standin_honours_the_real_engine_contract(sandbox_fleet: Sandbox, single
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if get(f"{base}/health", timeout=2)[0] == 200:
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "stand-in did not start"
-            time.sleep(0.1)
+        wait_healthy(base)
         standin = contract.probe(base, MODEL)
     finally:
         proc.terminate()
@@ -169,24 +166,43 @@ def test_bench_measures_the_real_engine(sandbox_fleet: Sandbox, single: dict[str
     128 output tokens, not 16 (``ignore_eos``: all of them): aiperf's TPOT is (latency - TTFT) /
     (tokens - 1), so it lives on the tokens after the first chunk.  16 tokens of the tiny model
     came ~1 ms apart (the whole answer in ~25 ms) and a quiet CI run's TPOT p50 came out falsy
-    (not reproduced under load); 128 last ~8x longer and TPOT was 2.7 / 8.1 ms at c=1 / 2."""
+    (not reproduced under load); 128 last ~8x longer and TPOT was 2.7 / 8.1 ms at c=1 / 2.
+
+    The cross-check with vLLM's own client (issue 29 item 7, :mod:`tests.real_engine.crosscheck`):
+    ``vllm bench serve`` in the engine's container, then this bench, at the same shape and load,
+    each against the engine's own record of its run (every request, every token, the mean TPOT
+    within 10%, TTFT not below the engine's)."""
     from launcher.bench.client import aiperf_path
 
     if not os.path.isfile(aiperf_path()):
         pytest.skip(f"aiperf not installed at {aiperf_path()} (scripts/install.sh)")
+    sb = sandbox_fleet
+    base = endpoints(sb, PLAYBOOK)[UNIT]
     out = tmp_path / "out"
-    proc = subprocess.run(
-        ["fleet", "bench", str(PLAYBOOK), "-i", sandbox_fleet.inventory, "--known-hosts", sandbox_fleet.known_hosts,
-         "--shape", "32+128", "--concurrency", "1,2", "--requests", "4", "--slo", "ttft=10000,tpot=2000",
-         "--tokenizer", "fleet-words", "--json", "-o", str(out)],
-        capture_output=True, text=True, timeout=600, cwd=REPO,
-        env={**os.environ, "FLEET_BENCH_DIR": str(tmp_path / "store")},
-    )  # fmt: skip
-    assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    doc = json.loads(proc.stdout)
+    found: dict[str, Any] = {}
+
+    def bench() -> dict[str, Any]:
+        found["proc"] = subprocess.run(
+            ["fleet", "bench", str(PLAYBOOK), "-i", sb.inventory, "--known-hosts", sb.known_hosts,
+             "--shape", f"{XCHECK_IN}+{XCHECK_OUT}", "--concurrency", str(XCHECK_C), "--requests", str(XCHECK_N),
+             "--slo", "ttft=10000,tpot=2000", "--tokenizer", "fleet-words", "--json", "-o", str(out)],
+            capture_output=True, text=True, timeout=600, cwd=REPO,
+            env=fleet_env(FLEET_BENCH_DIR=str(tmp_path / "store")),
+        )  # fmt: skip
+        proc = found["proc"]
+        assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+        (export,) = out.glob(f"artifacts/*/c{XCHECK_C}/profile_export_aiperf.json")
+        doc: dict[str, Any] = json.loads(export.read_text())
+        return doc
+
+    t0 = time.monotonic()
+    crosscheck.cross_check(sb, host="h1", container=UNIT, url=base, engines=(base,), model=MODEL, input_len=XCHECK_IN,
+                           output_len=XCHECK_OUT, concurrency=XCHECK_C, requests=XCHECK_N, aiperf=bench)  # fmt: skip
+    print(f"real engine bench and cross-check: {time.monotonic() - t0:.1f}s")
+    doc = json.loads(found["proc"].stdout)
     levels = [(lv["concurrency"], round(lv["output_throughput_tok_s"], 1), lv["tpot_ms_p50"]) for lv in doc["levels"]]
     print(f"real engine bench (concurrency, output tok/s, TPOT p50 ms): {levels}")
-    assert [(lv["concurrency"], lv["completed"], lv["failed"]) for lv in doc["levels"]] == [(1, 4, 0), (2, 4, 0)]
+    assert [(lv["concurrency"], lv["completed"], lv["failed"]) for lv in doc["levels"]] == [(XCHECK_C, XCHECK_N, 0)]
     assert all(lv["output_throughput_tok_s"] > 0 and lv["tpot_ms_p50"] for lv in doc["levels"]), doc["levels"]
     assert any(c.startswith("image fleet-vllm-cpu:0.32.0 is not the recipe's") for c in doc["caveats"]), doc["caveats"]
     assert sorted(p.suffix for p in out.iterdir() if p.is_file()) == [".json", ".md", ".png"]  # and artifacts/
@@ -228,7 +244,7 @@ def _stream(base: str, max_tokens: int) -> _Stream:
 
 def test_sigterm_lets_streams_in_flight_finish(sandbox_fleet: Sandbox, single: dict[str, Any]) -> None:
     """fleet's stop (``docker stop -t STOP_TIMEOUT_S``: SIGTERM, then SIGKILL after the grace)
-    under a sustained load: 3 clients each send streams back to back until the stop is sent.
+    under a sustained load: 3 clients each send streams back to back until the stop returns.
     Measured (docs/real-engine.md): vLLM's default (--shutdown-timeout 0) stops its engine core
     at once and then waits on the open streams until SIGKILL -- they are cut (no [DONE]) after
     the whole grace, exit 137.  The playbook's ``--shutdown-timeout 60`` (within fleet's grace:
@@ -242,21 +258,25 @@ def test_sigterm_lets_streams_in_flight_finish(sandbox_fleet: Sandbox, single: d
     def load() -> None:
         while not stop.is_set():
             streams.append(_stream(base, STREAM_TOKENS))
+            if streams[-1].first is None:
+                time.sleep(0.05)  # refused (the engine is going away): no busy loop
 
     threads = [threading.Thread(target=load) for _ in range(3)]
     for t in threads:
         t.start()
     since = sb.ssh("h1", "date +%s.%N").out.strip()
+    # The load runs on until the stop has returned: a stream ends in a few seconds on this model,
+    # so streams that all began before the SIGTERM could all end before it too (CI saw that).
     try:
         deadline = time.monotonic() + 120
         while not inflight(DirectHttp(), base):
             assert time.monotonic() < deadline, "the streams never showed in the engine's counter"
             time.sleep(0.02)
+        t0 = time.monotonic()
+        res = sb.ssh("h1", f"docker stop -t {STOP_TIMEOUT_S} {UNIT}", timeout=STOP_TIMEOUT_S + 60)
+        stopped_s = time.monotonic() - t0
     finally:
-        stop.set()  # no stream starts after this one's stop; those under way run on
-    t0 = time.monotonic()
-    res = sb.ssh("h1", f"docker stop -t {STOP_TIMEOUT_S} {UNIT}", timeout=STOP_TIMEOUT_S + 60)
-    stopped_s = time.monotonic() - t0
+        stop.set()
     for t in threads:
         t.join(timeout=120)
     exit_code = sb.ssh("h1", f"docker inspect -f '{{{{.State.ExitCode}}}}' {UNIT}").out.strip()
@@ -271,8 +291,13 @@ def test_sigterm_lets_streams_in_flight_finish(sandbox_fleet: Sandbox, single: d
           f"{len(admitted)} admitted, {len(straddled)} in flight at the SIGTERM and finished")  # fmt: skip
     assert res.rc == 0, res.err
     assert kills[1::2][:1] == ["15"], kills
-    whole = [(s.done is not None, s.tokens, s.error) for s in admitted]
-    assert whole == [(True, STREAM_TOKENS, "")] * len(admitted), "every stream the engine admitted finished, whole"
+    # Streams that began before the SIGTERM must finish whole; one that began after it (the engine
+    # shutting down, nothing routed to it in a fleet rollout) may end early -- seen at load ~79:
+    # [DONE] after 0 tokens -- but must end.
+    before = [s for s in admitted if s.first is not None and s.first < term]
+    whole = [(s.done is not None, s.tokens, s.error) for s in before]
+    assert whole == [(True, STREAM_TOKENS, "")] * len(before), "every stream in flight at the SIGTERM finished, whole"
+    assert all(s.done is not None or s.error for s in admitted), "a stream begun after the SIGTERM never ended"
     assert straddled, "a stream was in flight when the SIGTERM came (it began before and ended after it)"
     assert exit_code == "0" and stopped_s < STOP_TIMEOUT_S, "the engine exited by itself within the grace"
 

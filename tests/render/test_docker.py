@@ -32,7 +32,8 @@ from typing import Iterator
 import pytest
 
 from launcher.model import Unit
-from launcher.render import docker_run_args, render
+from launcher.render import render
+from launcher.runtimes.container import docker_run_args
 from tests.render import factory
 from tests.render.corpus import plan_for, plan_ids
 

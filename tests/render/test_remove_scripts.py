@@ -10,7 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from launcher.render import hold_argv, unit_commands
+from launcher.runtimes import registry
+from launcher.runtimes.base import UnitCommands
+
+
+def unit_commands(name: str, runtime: str, unit_dir: str) -> UnitCommands:
+    return registry.get(runtime).commands(name, unit_dir)
+
+
+def hold_argv(runtime: str, names: list[str]) -> tuple[str, ...] | None:
+    return registry.get(runtime).hold_argv(names)
 
 # Records its argv in calls, then answers with $ANSWER (stderr) and $RC.
 TOOL = """#!/bin/sh

@@ -10,7 +10,8 @@ import pytest
 
 from launcher.errors import PlanError
 from launcher.model import Mount, Plan, SecretRef
-from launcher.render import RenderedPlan, docker_run_args, render
+from launcher.render import RenderedPlan, render
+from launcher.runtimes.container import docker_run_args
 from tests.render import factory
 
 

@@ -18,7 +18,9 @@ from hypothesis import strategies as st
 import launcher.render as render_mod
 from launcher.model import Plan, SecretRef
 from launcher.quoting import env_file
-from launcher.render import docker_run_args, render
+from launcher.render import render
+from launcher.runtimes import systemd
+from launcher.runtimes.container import docker_run_args
 from tests.render import factory, systemd_ref
 
 NASTY = (
@@ -186,7 +188,7 @@ def test_systemd_roundtrip(argv: list[str], env: dict[str, str], sd_work: Path) 
     service = next(f for f in host.files if f.path.endswith(".service"))
     parsed = systemd_ref.parsed_exec(f"{unit.name}.service", service.content, sd_work / "docker")
     exec_start = [systemd_ref.expand_dollars(w) for w in parsed["ExecStart"]]
-    assert exec_start == [render_mod.SYSTEMD_DOCKER, *docker_run_args(unit, detached=False, render_hash=host.units[0].render_hash)]
+    assert exec_start == [systemd.SYSTEMD_DOCKER, *docker_run_args(unit, detached=False, render_hash=host.units[0].render_hash)]
     assert _process(exec_start[1:], factory.IMAGE) == (argv[0], argv[1:])
     assert [systemd_ref.expand_dollars(w) for w in parsed["ExecStop"]] == ["/usr/bin/docker", "stop", "-t", "120", unit.name]
 

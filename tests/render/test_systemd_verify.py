@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from launcher.model import Plan
-from launcher.render import RenderedFile, render
+from launcher.render import render
+from launcher.runtimes.base import RenderedFile
 from tests.render import factory
 from tests.render.corpus import plan_for, plan_ids
 

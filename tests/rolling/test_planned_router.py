@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import socket
+import sys
 from dataclasses import replace
 
 import pytest
 
 from launcher.pipeline import load_target
-from launcher.cli.rolling import drain_router_urls, planned_routers
+from launcher.rolling.routers import drain_router_urls, planned_routers
 from launcher.deploy.session import Target
 
 REPO_INV = "inventories/example.yaml"
+
+
+def note(line: str) -> None:
+    """As the CLI shows a drain note: one line on stderr."""
+    print(line, file=sys.stderr)
 
 
 def test_router_placement_is_found_at_its_ssh_address() -> None:
@@ -29,7 +35,7 @@ def test_given_routers_win_and_a_silent_planned_router_is_named_and_skipped(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     target = load_target("playbooks/router/single-qwen-h100.yaml", REPO_INV, None, None)
-    assert drain_router_urls(("http://r:1",), target) == ("http://r:1",)
+    assert drain_router_urls(("http://r:1",), target, note) == ("http://r:1",)
     with socket.socket() as s:  # a loopback port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -39,7 +45,7 @@ def test_given_routers_win_and_a_silent_planned_router_is_named_and_skipped(
         for d in target.units
     )
     local = Target(deployment=target.deployment, recipe=target.recipe, hosts=hosts, units=units)
-    assert drain_router_urls((), local) == ()
+    assert drain_router_urls((), local, note) == ()
     err = capsys.readouterr().err
     assert err.startswith("fleet: note: the deployment's router does not answer (") and f"127.0.0.1:{port}" in err
     assert err.rstrip().endswith("groups are not drained through it")

@@ -68,6 +68,34 @@ def test_router_errors_are_one_line() -> None:
     with pytest.raises(RouterError) as err:
         gone.workers()
     assert str(err.value) == "router http://r:8000: GET /workers: no answer: connection refused"
+    assert len(gone.http.calls) == 1, "a refusal is final"  # type: ignore[attr-defined]
+
+
+class SlowHttp(FakeHttp):
+    """Times out ``slow`` times, then answers as :class:`FakeHttp`."""
+
+    def __init__(self, slow: int, answers: dict[tuple[str, str], tuple[int, str]]) -> None:
+        super().__init__(answers)
+        self.slow = slow
+
+    def request(self, method: str, url: str, body: object | None = None, timeout: float = 10.0) -> tuple[int, str]:
+        if len(self.calls) < self.slow:
+            self.calls.append((method, url, body))
+            return 0, "timed out"
+        return super().request(method, url, body, timeout)
+
+
+def test_a_get_that_timed_out_is_asked_again_and_a_post_is_not() -> None:
+    answers = {("GET", "http://r:8000/workers"): (200, WORKERS), ("POST", "http://r:8000/workers"): (202, "{}")}
+    busy = RouterClient("http://r:8000", SlowHttp(2, answers))
+    assert [w.id for w in busy.workers()] == ["u-1", "u-2"]
+    assert len(busy.http.calls) == 3  # type: ignore[attr-defined]
+    with pytest.raises(RouterError) as err:
+        RouterClient("http://r:8000", SlowHttp(3, answers)).workers()
+    assert str(err.value) == "router http://r:8000: GET /workers: no answer in 3 tries: timed out"
+    with pytest.raises(RouterError) as err:
+        RouterClient("http://r:8000", SlowHttp(1, answers)).add("http://10.0.0.3:30000")
+    assert str(err.value) == "router http://r:8000: POST /workers: no answer: timed out"
 
 
 def test_wait_for_registration_times_out_with_the_state() -> None:

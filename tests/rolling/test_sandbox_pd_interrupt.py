@@ -180,7 +180,7 @@ def _one_cohort_serves(sb: Sandbox, front: Router, cli: Cli | None, results: lis
             assert found == [ROUTER_UNIT] if h == serving[2] else len(found) == 3 and ROUTER_UNIT not in found, (h, found)
         res = sb.ssh(h, "docker ps --filter status=running -q --filter label=fleet.deployment=" + DEPLOYMENT)
         assert len(res.out.split()) == len(found), (h, res.out)
-        assert sb.ssh(h, f"test -e /run/lock/fleet/{DEPLOYMENT}").rc != 0, f"{h}: deploy lock left"
+        assert sb.ssh(h, f"test -e /run/fleet/lock/{DEPLOYMENT}").rc != 0, f"{h}: deploy lock left"
     if cli is not None:
         assert cli.conns, "no connection of fleet seen while it settled"
         mine = local_conns(os.getpid())  # this test's own cached SSH connections
@@ -323,7 +323,7 @@ def test_a_second_ctrl_c_while_retiring_leaves_it_for_the_same_command(pd: tuple
     assert [w["url"] for w in front.workers()] == [_router_url(sb, OLD)]
     assert any(_containers(sb, h) for h in SURGE), "nothing of the old cohort was left to retire"
     for h in OLD + SURGE:
-        assert sb.ssh(h, f"test -e /run/lock/fleet/{DEPLOYMENT}").rc != 0, f"{h}: deploy lock left"
+        assert sb.ssh(h, f"test -e /run/fleet/lock/{DEPLOYMENT}").rc != 0, f"{h}: deploy lock left"
     _converges(pd, args, OLD, "7", GENS, resumed=True)
     _one_cohort_serves(sb, front, None, results, OLD, "7", GENS)
 

@@ -11,7 +11,9 @@ rolls the next generation label):
 a.  batch 2 drained out of the router, before anything stopped (its ``draining`` line);
 b.  batch 2's new generation starting (its ``starting`` line: start or health gate);
 b2. batch 1's new generation healthy, before it is back in the router;
-c.  between batches (batch 1 back in the router; batch 2 not stopped yet);
+c.  between batches (batch 1 back in the router; batch 2 untouched): ``FLEET_STEP_HOOK`` holds the
+    rollout at batch 2's ``batch`` step (a progress line read at the right moment raced batch 2's
+    first steps on a loaded machine);
 k.  fleet SIGKILLed while batch 2 is drained out of the router (nothing cleans up): the same
     command (with ``--break-lock``: the killed run's deploy locks stay) registers the two
     replicas it finds running outside the router again, then rolls;
@@ -127,7 +129,7 @@ def _serving(setup: Setup, gens: dict[str, int], cli: Cli | None) -> None:
     for h in (*HOSTS, ROUTER_HOST):
         res = sb.ssh(h, f"docker ps -q --filter status=running --filter label=fleet.deployment={DEPLOYMENT}")
         assert len(res.out.split()) == 1, (h, res.out)
-        assert sb.ssh(h, f"test -e /run/lock/fleet/{DEPLOYMENT}").rc != 0, f"{h}: deploy lock left"
+        assert sb.ssh(h, f"test -e /run/fleet/lock/{DEPLOYMENT}").rc != 0, f"{h}: deploy lock left"
     if cli is not None:
         assert cli.conns, "no connection of fleet seen while it settled"
         mine = local_conns(os.getpid())  # this test's own cached SSH connections
@@ -196,10 +198,28 @@ def test_ctrl_c_after_the_new_generation_is_healthy_keeps_it(deployed: Setup) ->
     _converges(deployed, args, 4)
 
 
-def test_ctrl_c_between_batches_leaves_every_replica_serving(deployed: Setup) -> None:
+# Holds fleet at the start of the batch that holds h3 (batch 2), saying so on fleet's stderr.
+HOLD_BATCH = """[ "$FLEET_STEP" = batch ] || exit 0
+case " $FLEET_STEP_HOSTS " in *" h3 "*) ;; *) exit 0 ;; esac
+echo "hook: holding batch $FLEET_STEP_HOSTS"
+while [ ! -e "$HOLD_DIR/go" ]; do sleep 0.1; done
+"""
+
+
+def test_ctrl_c_between_batches_leaves_every_replica_serving(deployed: Setup, monkeypatch: pytest.MonkeyPatch) -> None:
     sb, tmp, _ = deployed
     args = _args(tmp, 5)
-    cli, _ = _interrupted(deployed, "c", args, _group_line("h2", "back in router"))
+    hold = tmp / "hold-c"
+    hold.mkdir()
+    (hold / "hook.sh").write_text(HOLD_BATCH)
+    with monkeypatch.context() as env:  # this run's environment only
+        env.setenv("FLEET_STEP_HOOK", f"sh {hold / 'hook.sh'}")
+        env.setenv("HOLD_DIR", str(hold))
+        try:
+            cli, _ = _interrupted(deployed, "c", args, r"^hook: holding batch h3 h4$")
+        finally:
+            (hold / "go").touch()
+    assert re.search(_group_line("h2", "back in router"), cli.seen_at_interrupt, re.M), cli.seen_at_interrupt
     assert not re.search(_unit_line("h3", "stopping"), cli.stderr, re.M), "batch 2 was stopped"
     _serving(deployed, {"h1": 5, "h2": 5, "h3": 4, "h4": 4}, cli)
     _converges(deployed, args, 5)
@@ -246,7 +266,7 @@ def test_a_second_ctrl_c_while_restoring_leaves_it_for_the_same_command(deployed
     assert "back in service:" not in cli.stderr, cli.stderr
     assert load.failures == [], [(r.error, r.status) for r in load.failures[:5]]
     for h in (*HOSTS, ROUTER_HOST):
-        assert sb.ssh(h, f"test -e /run/lock/fleet/{DEPLOYMENT}").rc != 0, f"{h}: deploy lock left"
+        assert sb.ssh(h, f"test -e /run/fleet/lock/{DEPLOYMENT}").rc != 0, f"{h}: deploy lock left"
     # Batch 2 is out of service either way: left stopped (torn down, not restarted yet), or
     # already back on generation 6 but not yet in the router when the second Ctrl-C came (on a
     # loaded machine the restore can finish first).  The stopped ones go first.

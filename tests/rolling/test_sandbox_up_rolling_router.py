@@ -2,8 +2,8 @@
 port), on the sandbox: four single-node replicas on h1..h4 behind the real sglang-router 0.3.2 as
 a fleet unit on h5.  The engines stay as they are; the router restarts after them.
 
-- Ctrl-C while h5's new router is being started (h5's docker shim holds ``docker run`` 4 s, so
-  the interrupt lands inside the start): exit 130, ``fleet: interrupted`` last; the router is
+- Ctrl-C while h5's new router is being started (h5's docker shim holds ``docker run`` twice
+  fleet's interrupt grace, ``fanout.INTERRUPT_GRACE_S``, so the interrupt lands inside the start): exit 130, ``fleet: interrupted`` last; the router is
   back on the generation it ran, healthy, listing every replica; a request through it is
   answered.  The same command then finishes the change (exit 0).
 - The new router's ``docker run`` fails (h5's docker shim refuses it once, as a daemon refuses a
@@ -22,6 +22,7 @@ from typing import Iterator
 
 import pytest
 
+from launcher.execute.fanout import INTERRUPT_GRACE_S
 from launcher.rolling.router_api import RouterClient
 from launcher.sandbox.client import Sandbox
 from tests.cli_process import Cli, until
@@ -97,7 +98,7 @@ def _router_serves(setup: Setup, generation: int) -> None:
 
 def test_ctrl_c_while_the_new_router_starts_puts_the_previous_back(deployed: Setup, docker_shim: Path) -> None:
     sb, tmp, _ = deployed
-    sb.ssh(ROUTER_HOST, f"echo 4 > /run/{BEGAN}.delay")
+    sb.ssh(ROUTER_HOST, f"echo {2 * INTERRUPT_GRACE_S:g} > /run/{BEGAN}.delay")
     args = ("up", _playbook(tmp, 29401), "--skip-preflight")
     cli = Cli(sb, sb.inventory, tmp, "ctrl-c", *args)
     try:

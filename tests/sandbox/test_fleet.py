@@ -103,7 +103,7 @@ def test_the_image_carries_the_real_router(sandbox_fleet: Sandbox) -> None:
 
 
 def test_facts_parsers_read_the_fake_hardware(sandbox_fleet: Sandbox) -> None:
-    facts = pytest.importorskip("launcher.preflight.facts", reason="launcher/preflight/facts.py not present")
+    facts = pytest.importorskip("launcher.facts.host", reason="launcher/facts/host.py not present")
     sb = sandbox_fleet
     for name, index in (("h1", 3), ("h2", 5)):
         out = sb.ssh(name, facts.gather_script()).out

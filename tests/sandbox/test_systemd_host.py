@@ -155,7 +155,7 @@ def test_down_leaves_no_unit_file_or_lock(sb: Sandbox) -> None:
     for h in HOSTS:
         assert f"{h}/{UNITS[h]}: removed" in down.stderr
         res = sb.ssh(h, f"systemctl list-units --all --no-legend --plain 'fleet-*'; ls /etc/systemd/system | grep '^fleet-'; "
-                        "find /run/lock/fleet -type f; find /etc/fleet -type f -not -path '*/prev/*'; pgrep -f 'sglang[.]launch_server'; true")  # fmt: skip
+                        "find /run/fleet/lock -type f; find /etc/fleet -type f -not -path '*/prev/*'; pgrep -f 'sglang[.]launch_server'; true")  # fmt: skip
         assert res.out == "", res.out
         assert sb.ssh(h, f"systemctl status {UNITS[h]}.service").rc == 4  # no such unit
 

@@ -1,7 +1,8 @@
 """``fleet sandbox down`` ends only the processes the sandbox started: each recorded PID is
 checked against its recorded start time right before it is signalled, and what runs inside a
-host is reached as a descendant of a recorded process, never as "a member of namespace X" (a
-namespace's inode number is reused once it dies, so a stale state file can name another's).
+host is reached as a descendant of a recorded process, never as "a member of namespace X" by a
+recorded number (a namespace's inode number is reused once it dies, so a stale state file can
+name another's); only a namespace ``down`` holds open is swept for what escaped the trees.
 
 The stale-state tests write a state file by hand (own ``FLEET_SANDBOX_DIR``) naming this test's
 own innocent ``sleep`` processes; the last test brings up a one-host sandbox of its own."""
@@ -120,12 +121,16 @@ def test_up_then_down_leaves_nothing_even_what_escaped_its_session(monkeypatch: 
     exits) and the host's docker runs a container that ignores SIGTERM; its daemon's API is
     not asked to remove it (as when the API is stuck).  Both are below a recorded process
     (hostinit.py above sshd and the tini above dockerd are child subreapers), the leftover also
-    once sshd is killed (the ``sshd-kill`` fault).  ``down`` leaves no process, namespace or
-    mount of the sandbox."""
+    once sshd is killed (the ``sshd-kill`` fault).  A process entered into the host's
+    namespaces from outside (``nsenter``, a child of this test: below no recorded process) is
+    ended too, and named on down's note.  ``down`` leaves no process, namespace or mount of the
+    sandbox."""
     _need_root()
     name = f"sbsafe{os.getpid() % 100000}u"
     st = fleet.up(name, 1)
     sb = Sandbox(st)
+    notes: list[str] = []
+    stray: subprocess.Popen[bytes] | None = None
     try:
         h = st.host("h1")
         assert h.sshd is not None and h.dockerd is not None
@@ -139,6 +144,9 @@ def test_up_then_down_leaves_nothing_even_what_escaped_its_session(monkeypatch: 
         assert escaped in procs.descendants(h.sshd_init)
         assert container in procs.descendants(h.dockerd)
         host_ns = {("mnt", _ns(h.sshd.pid, "mnt"))} | {("net", _ns(h.sshd.pid, "net"))}
+        stray = subprocess.Popen(("nsenter", "-t", str(h.sshd_init.pid), "-m", "-u", "sleep", f"{marker}1"))
+        outsider = _find(["sleep", f"{marker}1"])
+        assert outsider not in procs.descendants(h.sshd_init) and outsider not in procs.descendants(h.dockerd)
         faults.sshd_signal(h, "kill")
         assert procs.wait_gone((h.sshd,), 10.0) == ()
         assert escaped in procs.descendants(h.sshd_init)
@@ -146,8 +154,17 @@ def test_up_then_down_leaves_nothing_even_what_escaped_its_session(monkeypatch: 
         sb.close()
         with monkeypatch.context() as m:
             m.setattr(dockerd, "remove_containers", lambda _h: None)
-            assert fleet.down(name)
-    assert not escaped.alive() and not container.alive()
+            assert fleet.down(name, note=notes.append)
+        if stray is not None:
+            try:
+                stray.wait(10)
+            except subprocess.TimeoutExpired:
+                stray.kill()
+                stray.wait()
+                raise AssertionError(f"down left the process entered from outside; its notes: {notes}") from None
+    assert not escaped.alive() and not container.alive() and not outsider.alive()
+    assert notes == [f"sandbox {name}: h1 mnt namespace still held 1 process(es) outside the recorded trees, "
+                     f"ending them: {outsider.pid} sleep (sleeping, parent {os.getpid()})"]  # fmt: skip
     assert [p.pid for p in psutil.process_iter() if _in(p.pid, host_ns)] == []
     assert netns.namespaces(name) == ()
     assert st.dir not in Path("/proc/self/mountinfo").read_text()
@@ -159,3 +176,37 @@ def _in(pid: int, namespaces: set[tuple[str, int]]) -> bool:
         return any(_ns(pid, kind) == ino for kind, ino in namespaces)
     except OSError:
         return False
+
+
+def test_a_stale_state_naming_a_reused_slot_leaves_that_slots_new_owner_connected() -> None:
+    """A stale state (its machine rebooted: links and routes gone, the file kept) names the netns
+    slot a later sandbox now uses.  Removing the stale one -- as a test session does with the
+    sandboxes of dead sessions while another session brings its own up -- leaves the live
+    sandbox its root link and guard route: its hosts still answer."""
+    _need_root()
+    name = f"sbslot{os.getpid() % 100000}"
+    st = fleet.up(name, 1, mode="netns")
+    sb = Sandbox(st)
+    stale = f"sbstale{os.getpid() % 10000}"
+    try:
+        assert st.slot is not None and st.root_ifname is not None
+        (state.state_root() / stale).mkdir()
+        state.save(state.SandboxState(name=stale, mode="netns", dir=str(state.state_root() / stale), slot=st.slot,
+                                      ctl_netns=netns.ctl_name(stale), root_ifname=st.root_ifname,
+                                      route_metric=st.route_metric))  # fmt: skip
+        assert fleet.down(stale)
+        assert state.load(stale) is None
+        assert os.path.exists(f"/sys/class/net/{st.root_ifname}")
+        assert st.route_metric in _guard_metrics()
+        assert sb.ssh("h1", "true").rc == 0
+    finally:
+        sb.close()
+        fleet.down(stale)
+        fleet.down(name)
+    assert not os.path.exists(f"/sys/class/net/{st.root_ifname}")
+    assert st.route_metric not in _guard_metrics()
+
+
+def _guard_metrics() -> list[int]:
+    shown = netns.ip("route", "show", "type", "unreachable", "exact", netns.GUARD).stdout.split()
+    return [int(shown[i + 1]) for i, word in enumerate(shown) if word == "metric"]

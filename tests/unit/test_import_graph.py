@@ -1,4 +1,5 @@
-"""The modules of launcher/ import each other without a cycle.
+"""The modules of launcher/ import each other without a cycle; its packages (and top-level
+modules) neither, and each imports only its own layer or those below (docs/design.md, "Layers").
 
 Every ``import``/``from ... import`` of a ``launcher`` module counts, at module level or inside a
 function (a lazy import only hides a cycle from the interpreter, not from a reader), and
@@ -87,8 +88,62 @@ def test_the_checker_finds_a_cycle() -> None:
 def test_graph_sees_lazy_and_relative_imports() -> None:
     edges = graph()
     assert "launcher.pipeline" in edges["launcher.cli.deploy"]
-    assert "launcher.preflight.facts" in edges["launcher.plan"]
+    assert "launcher.facts.host" in edges["launcher.plan"]
 
 
 def test_launcher_has_no_import_cycle() -> None:
     assert cycles(graph()) == []
+
+
+# docs/design.md, "Layers": lowest first; a package may import its own layer and those below.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("model", "errors", "output", "quoting", "hostscripts", "history", "recap", "addresses", "stephook"),
+    ("execute", "remote", "hosthttp"),
+    ("engines", "runtimes", "facts", "observe"),
+    ("config", "limit", "network", "constraints", "plancheck"),
+    ("plan", "render"),
+    ("pipeline", "deploy", "weights", "sandbox"),
+    ("preflight", "rolling", "watch", "export", "bench"),
+    ("flows",),
+    ("cli",),
+)
+# Package edges known and not yet undone (the test fails once an edge is gone, so its entry goes
+# with it).
+KNOWN: set[tuple[str, str]] = set()
+
+
+def package_of(module: str) -> str:
+    """``launcher.deploy.session`` -> ``launcher.deploy``; a top-level module is its own."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_graph(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for a, targets in edges.items():
+        pa = package_of(a)
+        out.setdefault(pa, set())
+        for b in targets:
+            if package_of(b) != pa:
+                out[pa].add(package_of(b))
+    return out
+
+
+def test_package_graph_names_packages() -> None:
+    assert "launcher.facts" in package_graph(graph())["launcher.plan"]
+
+
+def test_launcher_packages_have_no_import_loop() -> None:
+    packages = package_graph(graph())
+    for a, b in KNOWN:
+        assert b in packages[a], f"{a} no longer imports {b}: drop it from KNOWN"
+        packages[a].discard(b)
+    assert cycles(packages) == []
+
+
+def test_every_package_imports_its_layer_or_below() -> None:
+    layer = {f"launcher.{name}": i for i, names in enumerate(LAYERS) for name in names}
+    packages = package_graph(graph())
+    assert sorted(set(packages) - set(layer) - {"launcher"}) == [], "a package without a layer: add it to LAYERS"
+    upward = sorted(f"{a} -> {b}" for a, targets in packages.items() if a in layer
+                    for b in targets if layer[b] > layer[a] and (a, b) not in KNOWN)  # fmt: skip
+    assert upward == []

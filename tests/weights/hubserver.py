@@ -5,7 +5,9 @@ large files the LFS sha256), ``HEAD``/``GET /<repo>/resolve/<rev>/<path>`` with 
 client reads (``X-Repo-Commit``, ``ETag``, ``X-Linked-Etag``/``X-Linked-Size`` for LFS files,
 ``Content-Length``; ``Range`` honoured).  Like a gated repo, every request must carry
 ``Authorization: Bearer <token>`` (401 otherwise); each request's path and whether it carried
-the token are recorded."""
+the token are recorded.  ``tamper`` (repo -> path -> bytes) makes ``resolve`` serve other bytes
+than the tree describes, as a broken mirror or a corrupted cache in between would.  An LFS
+file's tree ``oid`` is its pointer file's git blob id, as on the hub."""
 
 from __future__ import annotations
 
@@ -23,10 +25,20 @@ def _blob_oid(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
+def _tree_oid(data: bytes) -> str:
+    """The git blob id the hub lists: of the content, or of the LFS pointer for an LFS file."""
+    if len(data) < LFS_MIN:
+        return _blob_oid(data)
+    pointer = f"version https://git-lfs.github.com/spec/v1\noid sha256:{hashlib.sha256(data).hexdigest()}\nsize {len(data)}\n"
+    return _blob_oid(pointer.encode())
+
+
 class HubServer:
-    def __init__(self, repos: Mapping[str, Mapping[str, bytes]], commit: str, token: str, host: str) -> None:
-        self.repos, self.commit, self.token = repos, commit, token
+    def __init__(self, repos: Mapping[str, Mapping[str, bytes]], commit: str, token: str, host: str,
+                 tamper: Mapping[str, Mapping[str, bytes]] | None = None) -> None:
+        self.repos, self.commit, self.token, self.tamper = repos, commit, token, tamper or {}
         self.requests: list[tuple[str, bool]] = []  # (path, had the token)
+        self.downloads: list[str] = []  # the path of every GET of a file's content (resolve)
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -52,6 +64,9 @@ class HubServer:
                 data = files.get("/".join(rest)) if files is not None else None
                 if verb != "resolve" or rev not in (server.commit, "main") or data is None:
                     return self._send(404, b'{"error": "Entry not found"}', {"X-Error-Code": "EntryNotFound"}, body)
+                data = server.tamper.get(f"{org}/{name}", {}).get("/".join(rest), data)
+                if body:
+                    server.downloads.append(path)
                 headers = {"X-Repo-Commit": server.commit, "ETag": f'"{_blob_oid(data)}"'}
                 if len(data) >= LFS_MIN:
                     headers |= {"X-Linked-Etag": f'"{hashlib.sha256(data).hexdigest()}"', "X-Linked-Size": str(len(data))}
@@ -72,7 +87,7 @@ class HubServer:
                     doc: object = {"id": f"{org}/{name}", "sha": server.commit,
                                    "siblings": [{"rfilename": p} for p in sorted(files)]}
                 else:
-                    doc = [{"type": "file", "oid": _blob_oid(d), "size": len(d), "path": p,
+                    doc = [{"type": "file", "oid": _tree_oid(d), "size": len(d), "path": p,
                             **({"lfs": {"oid": hashlib.sha256(d).hexdigest(), "size": len(d), "pointerSize": 134}}
                                if len(d) >= LFS_MIN else {})} for p, d in sorted(files.items())]
                 self._send(200, json.dumps(doc).encode(), {"Content-Type": "application/json"}, body)

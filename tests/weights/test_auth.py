@@ -9,6 +9,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -98,3 +99,41 @@ def test_the_key_runs_no_other_command(sender: tuple[Sshd, Path, Path, str]) -> 
                         "echo shell"], input=b"", capture_output=True, timeout=60)  # fmt: skip
     assert b"shell" not in r.stdout
     assert r.stdout.startswith(b"@RSYNCD: ")  # the forced daemon answered, whatever was asked
+
+
+def test_a_push_with_keys_only_in_the_agent_logs_in(tmp_path: Path) -> None:
+    """Issue 25 item 15: a control host whose key lives only in its ssh-agent (no key file in the
+    inventory or ssh config) pushes with ssh's own identities and the agent: no ``-i ''`` with
+    ``IdentitiesOnly=yes``, which offers no key at all (the old command line, shown failing)."""
+    (tmp_path / "sshd").mkdir()
+    factory = SshdFactory(tmp_path / "sshd")
+    short = Path(tempfile.mkdtemp(prefix="fw-"))  # sockets: pytest's tmp paths are too long for one
+    sock = short / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
+    try:
+        sshd = factory.start("pushed")
+        env = {**os.environ, "SSH_AUTH_SOCK": str(sock), "HOME": str(tmp_path)}  # no ~/.ssh/id_* to fall back on
+        for _ in range(200):  # the agent's socket appears once it listens
+            if sock.exists():
+                break
+            subprocess.run(["sleep", "0.05"], check=True)
+        subprocess.run(["ssh-add", str(factory.client_key)], env=env, check=True, capture_output=True, timeout=30)
+        known = tmp_path / "known_hosts"
+        known.write_text(f"{sshd.known_line}\n")
+
+        def login(e: str) -> subprocess.CompletedProcess[bytes]:
+            return subprocess.run([*shlex.split(e), "root@127.0.0.1", "true"], env=env, capture_output=True,
+                                  timeout=60, stdin=subprocess.DEVNULL)  # fmt: skip
+
+        e = auth.ssh_command(None, str(known), sshd.port, control=str(short / "cm"))
+        assert "-i" not in shlex.split(e) and "IdentitiesOnly=yes" not in e
+        r = login(e)
+        assert r.returncode == 0, r.stderr
+        old = e.replace("ssh -p", "ssh -i '' -o IdentitiesOnly=yes -p", 1).replace(str(short / "cm"), str(short / "old"))
+        assert login(old).returncode == 255
+    finally:
+        subprocess.run(auth.close_masters_argv(str(short)), capture_output=True, timeout=60)
+        agent.kill()
+        agent.wait()
+        factory.stop_all()
+        shutil.rmtree(short, ignore_errors=True)

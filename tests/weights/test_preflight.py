@@ -11,6 +11,7 @@ from pathlib import Path
 
 from launcher.model import Plan, Unit
 from launcher.preflight import checks
+from launcher.preflight.rules.base import Check, PathProbe, ProbeResults
 from launcher.weights.manifest import MANIFEST_NAME, Listing, for_host, from_listing, to_json
 from tests.preflight.factory import host, inventory, recipe
 
@@ -55,16 +56,16 @@ def _rank(name: str, h: str) -> Unit:
 def test_ranks_with_different_staged_revisions_fail_naming_the_fix() -> None:
     inv = inventory(host("h1", "10.0.0.1"), host("h2", "10.0.0.2"))
     plan = Plan(deployment="x", recipe="fam/v", units=(_rank("u0", "h1"), _rank("u1", "h2")), files=())
-    paths = {"h1": {"/m/org/model": checks.PathProbe(exists=True, bytes=10, files=2, staged="ok", revision="r1")},
-             "h2": {"/m/org/model": checks.PathProbe(exists=True, bytes=10, files=2, staged="ok", revision="r2")}}
-    found = checks.evaluate(plan, inv, recipe(), {}, checks.ProbeResults(paths=paths))
-    assert [c for c in found if c.name == "weights-revision"] == [checks.Check(
+    paths = {"h1": {"/m/org/model": PathProbe(exists=True, bytes=10, files=2, staged="ok", revision="r1")},
+             "h2": {"/m/org/model": PathProbe(exists=True, bytes=10, files=2, staged="ok", revision="r2")}}
+    found = checks.evaluate(plan, inv, recipe(), {}, ProbeResults(paths=paths))
+    assert [c for c in found if c.name == "weights-revision"] == [Check(
         host="h1", unit="x", name="weights-revision", status="fail",
         message="staged weights differ in revision across ranks: h1=r1, h2=r2",
         fix="fleet weights stage PLAYBOOK -i INVENTORY --source DIR|HOST:PATH: every rank gets the source's copy")]
-    differs = {"h1": {"/m/org/model": checks.PathProbe(exists=True, bytes=10, files=2, revision="r1",
+    differs = {"h1": {"/m/org/model": PathProbe(exists=True, bytes=10, files=2, revision="r1",
                                                       staged="1 file(s) differ from fleet-weights.json: a: missing")}}
-    (weights,) = [c for c in checks.evaluate(plan, inv, recipe(), {}, checks.ProbeResults(paths=differs))
+    (weights,) = [c for c in checks.evaluate(plan, inv, recipe(), {}, ProbeResults(paths=differs))
                   if c.name == "weights" and c.host == "h1"]
     assert (weights.status, weights.message, weights.fix) == (
         "fail", "/m/org/model: 1 file(s) differ from fleet-weights.json: a: missing",

@@ -183,9 +183,12 @@ def test_warm_reads_the_staged_copies_into_the_page_cache(sandbox_fleet: Sandbox
     doc = json.loads(r.stdout)
     page = os.sysconf("SC_PAGE_SIZE")
     size = sum(-(-p.stat().st_size // page) * page for p in files) // len(HOSTS)
-    assert [(h["host"], h["bytes"], h["resident_before"], h["resident_after"]) for h in doc["hosts"]] == [
-        (h, size, 0, size) for h in HOSTS]
-    assert _resident(files) == size * len(HOSTS)
+    assert [(h["host"], h["bytes"], h["resident_before"]) for h in doc["hosts"]] == [(h, size, 0) for h in HOSTS]
+    # The kernel may reclaim a few pages between the read and the count when the machine is short
+    # of memory (CI dry run: 99.75% resident beside the real-engine tier): most of the copy, not
+    # every page, is what warming can promise.
+    assert all(0.95 * size <= h["resident_after"] <= size for h in doc["hosts"]), doc["hosts"]
+    assert _resident(files) >= 0.95 * size * len(HOSTS)
     assert r.stderr.splitlines()[-1] == f"fleet: weights warm: {len(HOSTS)} host(s), {size * len(HOSTS)} bytes read into the page cache"
 
 
@@ -212,7 +215,7 @@ def test_preflight_and_up_read_the_manifests(sandbox_fleet: Sandbox, source: Pat
     _on_host(sb, "h2", f"/srv/models/{TARGET}/config.json").unlink()
     try:
         failing = (f"fail: h2/fleet-wt-eagle-single1-r0: weights: /srv/models/{TARGET}: 1 file(s) differ from "
-                   "fleet-weights.json: config.json: missing (fix: fleet weights stage PLAYBOOK -i INVENTORY "
+                   f"fleet-weights.json: config.json: missing (fix: fleet weights stage {pb} -i {sb.inventory} "
                    "--source DIR|HOST:PATH (moves only the differing files))")
         r = fleet("preflight")
         assert r.returncode == 1 and f"fleet: preflight: {failing}" in r.stderr.splitlines()
@@ -223,12 +226,16 @@ def test_preflight_and_up_read_the_manifests(sandbox_fleet: Sandbox, source: Pat
         assert _fleet(sb, "stage", str(pb), "--source", str(source)).returncode == 0
 
 
-def test_hub_source_downloads_on_each_host_with_the_token_from_a_file(sandbox_fleet: Sandbox, tmp_path: Path) -> None:
+def test_hub_source_downloads_once_checks_the_hubs_hashes_and_spreads(sandbox_fleet: Sandbox, tmp_path: Path) -> None:
     """``--source hub``: the hub's own client (huggingface_hub, the hosts' python3) downloads on
-    h1 and h2 from a stand-in of the hub's file API (tests/weights/hubserver.py) on the control
-    host's sandbox address, pointed to with HF_ENDPOINT; the revision is pinned; the playbook's
-    HF_TOKEN reaches the hosts as a 0600 file (every request carried it, no output shows it, the
-    file is gone afterwards); each copy gets its manifest with the pinned revision."""
+    h1 -- the first host that needs every model -- from a stand-in of the hub's file API
+    (tests/weights/hubserver.py) on the control host's sandbox address, pointed to with
+    HF_ENDPOINT; each file's content is fetched from the hub once, then h1 passes it to h2 (issue
+    25 item 10).  The revision is pinned; the playbook's HF_TOKEN reaches only h1, as a 0600 file
+    (every request carried it, no output shows it, the file is gone afterwards); each copy gets
+    its manifest with the pinned revision.  A hub (or mirror) that serves other bytes than its
+    tree's hashes say -- the same size, consistent headers -- is refused naming the file, and
+    nothing spreads (a vote among hosts that all downloaded the same bad bytes would pass it)."""
     from launcher.sandbox.netns import Slot
     from tests.weights.hubserver import HubServer
 
@@ -245,34 +252,53 @@ def test_hub_source_downloads_on_each_host_with_the_token_from_a_file(sandbox_fl
     pb = tmp_path / "hub.yaml"
     pb.write_text(PLAYBOOK.read_text().replace("hosts: h100", "hosts: h1:h2")
                   + "secrets:\n  - name: HF_TOKEN\n    from_env: WEIGHTS_TEST_HF_TOKEN\n")
-    with HubServer(repos, commit, token, Slot(index=sb.state.slot).root_address) as hub:
-        env = {**os.environ, "HF_ENDPOINT": hub.url, "WEIGHTS_TEST_HF_TOKEN": token,
-               "FLEET_FACTS_DIR": str(tmp_path / "facts")}
+    env = {**os.environ, "WEIGHTS_TEST_HF_TOKEN": token, "FLEET_FACTS_DIR": str(tmp_path / "facts")}
 
-        def fleet(*args: str) -> subprocess.CompletedProcess[str]:
-            return subprocess.run(["fleet", "weights", *args, "-i", sb.inventory, "--known-hosts", sb.known_hosts],
-                                  capture_output=True, text=True, timeout=600, cwd=REPO, env=env)  # fmt: skip
+    def fleet(hub: HubServer, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["fleet", "weights", *args, "-i", sb.inventory, "--known-hosts", sb.known_hosts],
+                              capture_output=True, text=True, timeout=600, cwd=REPO,
+                              env={**env, "HF_ENDPOINT": hub.url})  # fmt: skip
 
-        try:
-            r = fleet("stage", str(pb), "--source", "hub")
+    def wipe() -> None:
+        for h in ("h1", "h2"):
+            sb.ssh(h, "rm -rf /srv/models/openai /srv/models/lmsys")
+
+    address = Slot(index=sb.state.slot).root_address
+    bad = bytearray(repos[TARGET]["model.safetensors"])
+    bad[MB] ^= 0xFF
+    wipe()
+    try:
+        with HubServer(repos, commit, token, address, tamper={TARGET: {"model.safetensors": bytes(bad)}}) as hub:
+            r = fleet(hub, "stage", str(pb), "--source", "hub", "--revision", commit)
+            assert r.returncode == 1, r.stderr
+            assert r.stderr.strip().splitlines()[-1].startswith(
+                f"fleet: error: h1: /srv/models/{TARGET}: model.safetensors: sha256 "), r.stderr
+            assert r.stderr.strip().endswith(f"the download differs from the hub's own hashes of {TARGET}@{commit}; "
+                                             "nothing was spread"), r.stderr
+            assert not _on_host(sb, "h2", f"/srv/models/{TARGET}").exists()
+        wipe()
+        with HubServer(repos, commit, token, address) as hub:
+            r = fleet(hub, "stage", str(pb), "--source", "hub")
             assert (r.returncode, r.stderr.strip().splitlines()[-1]) == (2, (
                 "fleet: error: --source hub needs --revision (a commit hash or tag): every rank must get the same "
                 "files"))
-            r = fleet("stage", str(pb), "--source", "hub", "--revision", commit, "--json")
+            r = fleet(hub, "stage", str(pb), "--source", "hub", "--revision", commit, "--json")
             assert r.returncode == 0, r.stderr
             assert token not in r.stdout + r.stderr
             files_api = [(p, had) for p, had in hub.requests if p.startswith("/api/models/") or "/resolve/" in p]
             assert files_api and all(had for _, had in files_api)  # (the client also pings /api/agent-harnesses)
+            assert sorted(hub.downloads) == sorted(f"/{m}/resolve/{commit}/{p}" for m, fs in repos.items() for p in fs)
+            h2 = next(h for h in json.loads(r.stdout)["hosts"] if h["host"] == "h2")
+            assert h2["received_from"] == {"h1": 5}, h2
             for h in ("h1", "h2"):
                 for model, files in repos.items():
                     copy = _on_host(sb, h, f"/srv/models/{model}")
                     assert {p: copy.joinpath(p).read_bytes() for p in files} == files
                     assert json.loads((copy / "fleet-weights.json").read_text())["revision"] == commit
                 assert sb.ssh(h, "ls /run | grep fleet-weights-").out == ""
-            assert fleet("verify", str(pb), "--full").returncode == 0
-        finally:
-            for h in ("h1", "h2"):
-                sb.ssh(h, "rm -rf /srv/models/openai /srv/models/lmsys")
+            assert fleet(hub, "verify", str(pb), "--full").returncode == 0
+    finally:
+        wipe()
 
 
 def test_ctrl_c_removes_the_runs_keys_and_leaves_no_manifest_on_a_changed_copy(

@@ -1,7 +1,7 @@
 """Fake hardware tools of a sandbox host: ``tool.py SPEC.json TOOL ARGS...``.
 
 Answers like nvidia-smi (table, ``-L``, ``--query-gpu=... --format=csv[,noheader][,nounits]``,
-``topo -m``), ibv_devinfo (``-l``, ``-d DEV``), show_gids and ``npu-smi info`` from the host's
+``topo -m``), ibv_devinfo (``-l``, ``-d DEV``), show_gids, ``npu-smi info`` and ``free -b`` from the host's
 spec (written by ``launcher.sandbox.fakehw``) and the captured outputs next to this file.
 Stdlib only; runs with the control node's python3 inside the host's namespaces.
 """
@@ -125,8 +125,21 @@ def npu_smi(spec: dict[str, Any], args: list[str]) -> int:
     return 0
 
 
+def free(spec: dict[str, Any], args: list[str]) -> int:
+    """procps' ``free -b``: the host RAM the profile pretends (a GPU server's, not this machine's)."""
+    if args != ["-b"]:
+        print(f"free: fleet's stand-in answers only -b, got {' '.join(args)}", file=sys.stderr)
+        return 1
+    total = spec["mem_total_bytes"]
+    print("               total        used        free      shared  buff/cache   available")
+    print(f"Mem:    {total:>12} {total // 64:>11} {total - total // 32:>11} {0:>11} {total // 64:>11} "
+          f"{total - total // 64:>11}")
+    print(f"Swap:   {0:>12} {0:>11} {0:>11}")
+    return 0
+
+
 TOOLS = {"nvidia-smi": nvidia_smi, "ibv_devinfo": ibv_devinfo, "show_gids": show_gids,
-         "npu-smi": npu_smi}  # fmt: skip
+         "npu-smi": npu_smi, "free": free}  # fmt: skip
 
 
 def main(argv: list[str]) -> int:

@@ -17,9 +17,11 @@ because this machine has no GPUs.  It honours the real contract, not a simplifie
 - HTTP (rank 0 only): /health, /health_generate, /ready (503 while starting or draining),
   /model_info, /server_info (+ the /get_* aliases the router probes), /v1/models, /generate,
   /v1/completions, /v1/chat/completions (SSE when ``stream``), OpenAI-shaped with usage.
-  Every generated token takes FLEET_STANDIN_TOKEN_MS ms (20), the first one included: token i of a
-  request is sent at (i + 1) x that delay after it was admitted (paced against the clock, so
-  per-token overhead does not add up), and ``usage`` counts the whitespace-separated words of the
+  Every generated token takes FLEET_STANDIN_TOKEN_MS ms (20), the first one
+  FLEET_STANDIN_FIRST_TOKEN_MS (default: the same): token i of a request is sent at first + i x
+  that delay after it was admitted (paced against the clock, so per-token overhead does not add
+  up; a long first token -- a prefill -- keeps a loaded machine's scheduling noise a small part of
+  TTFT), and ``usage`` counts the whitespace-separated words of the
   prompt and the tokens sent.  FLEET_STANDIN_FAIL_EVERY=N answers every Nth generation request
   on this engine with HTTP 500 before any token (a failure a benchmark client must count).
 - /metrics: the engine's own Prometheus names for load and latency (:mod:`standin.metrics`;
@@ -29,7 +31,13 @@ because this machine has no GPUs.  It honours the real contract, not a simplifie
   ``bootstrap_host/port/room`` the router injects, asks the prefill's bootstrap server for the
   prefill's KV endpoint (its advertised host IP) and connects to it for that room.  vLLM
   P/D: the prefill answers ``kv_transfer_params`` with its NIXL side channel
-  (VLLM_NIXL_SIDE_CHANNEL_HOST/PORT); the decode connects there.
+  (VLLM_NIXL_SIDE_CHANNEL_HOST/PORT); the decode connects there.  A decode whose pull fails
+  counts it in ``vllm:nixl_num_failed_transfers``, logs vLLM's own line on stderr (``ERROR ...
+  [nixl_connector.py] NIXL transfer failure: handshake_setup_failed | Context: ...`` when the side
+  channel is unreachable), and fails the request as vLLM fails a generation: 500 with its
+  ErrorResponse ``Internal server error``, or, streamed, that error as an event of the 200 stream
+  (docs/real-engine.md; vLLM 0.32's source).
+  vllm-router's PD mode in front of them: :mod:`standin.router`.
 - Mooncake store (SGLang with ``--enable-hierarchical-cache --hicache-storage-backend mooncake``):
   every rank is a store client, as each of SGLang's ranks is -- but a PD decode, whose KV cache
   SGLang forces to a chunk cache (no HiCache), only with ``--disaggregation-decode-enable-radix-cache``
@@ -60,6 +68,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import hashlib
 import http.server
 import importlib
 import json
@@ -74,10 +83,13 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 from .metrics import Request, Stats
 
+# vLLM's ErrorResponse for a failed generation (vllm/exceptions.py GenerationError).
+VLLM_GENERATION_ERROR = {"error": {"message": "Internal server error", "type": "InternalServerError", "param": None,
+                                   "code": 500}}  # fmt: skip
 WORDS = ("the", "fleet", "serves", "tokens", "from", "a", "stand", "in", "engine", "today")
 
 
@@ -324,19 +336,32 @@ def parse_mooncake(args: list[str]) -> Settings:
     return Settings(engine="mooncake", serve_http=False, extra_ports=tuple(ports), args=values)
 
 
-def check_engine_argv(engine: str, args: list[str], prog: str) -> None:
-    """Rejects what the real parser would, via the shipped option snapshots (argcheck)."""
-    # The image ships it as /app/argcheck.py; a source checkout has it in launcher.engines.
+def _argcheck() -> Any:
+    """The option-snapshot checker: the image ships it as /app/argcheck.py, a source checkout
+    has it in launcher.engines; None without either."""
     for module in ("argcheck", "launcher.engines.argcheck"):
         try:
-            argcheck: Any = importlib.import_module(module)
-            break
+            return importlib.import_module(module)
         except ImportError:
             continue
-    else:
+    return None
+
+
+def engine_version(engine: str, env: Mapping[str, str]) -> str:
+    """The version this stand-in plays: ``FLEET_ENGINE_VERSION``, else the newest option
+    snapshot's -- the one its argv is checked against, and what its version endpoint says."""
+    argcheck = _argcheck()
+    known = tuple(argcheck.known_versions(engine)) if argcheck is not None else ()
+    return env.get("FLEET_ENGINE_VERSION") or (known or ("",))[-1]
+
+
+def check_engine_argv(engine: str, args: list[str], prog: str) -> None:
+    """Rejects what the real parser would, via the shipped option snapshots (argcheck)."""
+    argcheck = _argcheck()
+    if argcheck is None:
         LOG("argcheck_missing", message="argv NOT checked: no argcheck module")
         return
-    version = os.environ.get("FLEET_ENGINE_VERSION") or (argcheck.known_versions(engine) or ("",))[-1]
+    version = engine_version(engine, os.environ)
     try:
         problems = tuple(argcheck.check_argv(engine, version, tuple(args)))
     except argcheck.SnapshotNotFound as err:
@@ -585,6 +610,7 @@ class Engine:
         self.s = settings
         self.env = env
         self.token_s = float(env.get("FLEET_STANDIN_TOKEN_MS", "20")) / 1000.0
+        self.first_s = float(env.get("FLEET_STANDIN_FIRST_TOKEN_MS") or self.token_s * 1000.0) / 1000.0
         self.fail_every = int(env.get("FLEET_STANDIN_FAIL_EVERY", "0"))
         self.generations = 0  # generation requests accepted, for FLEET_STANDIN_FAIL_EVERY
         self.pd_timeout = float(env.get("FLEET_STANDIN_PD_TIMEOUT", "30"))
@@ -602,7 +628,8 @@ class Engine:
         self.rooms_cv = threading.Condition(self.lock)
         self.started = time.time()
         kv_pool = int(env.get("FLEET_STANDIN_KV_TOKENS", "65536"))
-        self.stats = Stats(settings.engine, settings.served_name, max(1, settings.max_running), kv_pool)
+        nixl = settings.engine == "vllm" and settings.kv_config.get("kv_connector") == "NixlConnector"
+        self.stats = Stats(settings.engine, settings.served_name, max(1, settings.max_running), kv_pool, kv_transfers=nixl)
 
     # -- bookkeeping
     def enter(self) -> bool:
@@ -682,10 +709,25 @@ class Engine:
                 _send(conn, {"room": str(room), "host": LOG.host})
                 reply = _recv_line(conn)
         except OSError as err:
-            raise RuntimeError(f"KV transfer from {target[0]}:{target[1]} failed: {err}") from err
+            raise KvFailure(f"KV transfer from {target[0]}:{target[1]} failed: {err}", "handshake_setup_failed") from err
         if not reply or not reply.get("ok"):
-            raise RuntimeError(f"KV transfer for room {room}: prefill never had it")
+            raise KvFailure(f"KV transfer for room {room}: prefill never had it", "transfer_failed")
         return {"prefill_host": reply["prefill_host"], "bootstrap_room": room}
+
+
+class KvFailure(RuntimeError):
+    """The decode could not pull a request's KV; ``kind`` is vLLM's NIXL failure name."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def engine_error(where: str, message: str) -> None:
+    """One line on stderr in vLLM's logger format (``ERROR MM-DD HH:MM:SS [file.py:line] ...``):
+    the engine's own error line fleet quotes (the PD canary, ``launcher/deploy/crossing.py``)."""
+    sys.stderr.write(f"ERROR {time.strftime('%m-%d %H:%M:%S')} [{where}] {message}\n")
+    sys.stderr.flush()
 
 
 def _urlhost(host: str) -> str:
@@ -701,12 +743,14 @@ def _tokens(n: int) -> Iterator[str]:
         yield (" " if i else "") + WORDS[i % len(WORDS)]
 
 
-def _prompt_tokens(body: dict[str, Any]) -> int:
+def _prompt_text(body: dict[str, Any]) -> str:
     if "messages" in body:
-        text = " ".join(str(m.get("content", "")) for m in body["messages"])
-    else:
-        text = str(body.get("prompt", body.get("text", "")))
-    return max(1, len(text.split()))
+        return " ".join(str(m.get("content", "")) for m in body["messages"])
+    return str(body.get("prompt", body.get("text", "")))
+
+
+def _prompt_tokens(body: dict[str, Any]) -> int:
+    return max(1, len(_prompt_text(body).split()))
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -750,7 +794,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             })  # fmt: skip
         elif path in ("/server_info", "/get_server_info"):
             self._json(200, {
-                **s.args, "version": f"{e.env.get('FLEET_ENGINE_VERSION', '')} (fleet stand-in)",
+                **s.args, "version": f"{engine_version(s.engine, e.env)} (fleet stand-in)",
                 "engine": s.engine, "role": s.role, "host_name": LOG.host,
                 "peers": e.peers, "healthy": self._ready(), "requests_served": e.served,
             })  # fmt: skip
@@ -760,7 +804,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 "owned_by": s.engine, "root": s.model, "max_model_len": 131072,
             }]})  # fmt: skip
         elif path == "/version":
-            self._json(200, {"version": e.env.get("FLEET_ENGINE_VERSION", "")})
+            # vLLM's /version: {"version": vllm.__version__}; this one says it is a stand-in
+            self._json(200, {"version": f"{engine_version(s.engine, e.env)} (fleet stand-in)"})
         elif path == "/metrics" and s.metrics:
             data = e.stats.render()
             self.send_response(200)
@@ -809,10 +854,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if room is not None:
             origin["bootstrap_room"] = room
         if s.pd_mode == "decode":
+            t_kv = time.monotonic()
             try:
                 origin.update(e.fetch_kv(body))
+                e.stats.transferred(time.monotonic() - t_kv)
             except RuntimeError as err:
+                e.stats.transferred(None)
                 LOG("request_failed", rid=rid, kind=kind, error=str(err), bootstrap_room=room)
+                if s.engine == "vllm" and isinstance(err, KvFailure):
+                    # vLLM's decode logs the NIXL failure, then fails the request (measured with
+                    # the side channel refused: the router answered 500; docs/real-engine.md)
+                    engine_error("nixl_connector.py", f"NIXL transfer failure: {err.kind} | Context: {err}")
+                    self._generation_error(bool(body.get("stream")))
+                    return
                 self._json(500, {"error": {"message": str(err), "code": 500}})
                 return
             origin["decode_host"] = LOG.host
@@ -838,7 +892,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         model = str(body.get("model") or s.served_name)
         ident = ("chatcmpl-" if kind == "chat" else "cmpl-") + rid
         usage = {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
-        LOG("request_start", rid=rid, kind=kind, max_tokens=n, **_origin_fields(origin))
+        # the prompt's digest: a client's prompt reuse (the same prompt sent twice) shows in the log
+        digest = hashlib.sha256(_prompt_text(body).encode()).hexdigest()[:16]
+        LOG("request_start", rid=rid, kind=kind, max_tokens=n, prompt_sha=digest, **_origin_fields(origin))
         stream = bool(body.get("stream"))
         sent_text = []
         arrived = time.monotonic()
@@ -853,7 +909,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 if kind == "chat":
                     self._sse(_chunk(ident, created, model, {"role": "assistant", "content": ""}))
             for i, tok in enumerate(_tokens(n)):
-                time.sleep(max(0.0, arrived + (i + 1) * e.token_s - time.monotonic()))
+                time.sleep(max(0.0, arrived + e.first_s + i * e.token_s - time.monotonic()))
                 if e.aborted.is_set():  # no further token; the connection stays open until the kill
                     threading.Event().wait()
                 timing.token()
@@ -909,6 +965,22 @@ class Handler(http.server.BaseHTTPRequestHandler):
             LOG("request_aborted", rid=rid, kind=kind, tokens=len(sent_text), reason="client gone")
             return
         LOG("request", rid=rid, kind=kind, tokens=n, stream=stream, **_origin_fields(origin))
+
+    def _generation_error(self, stream: bool) -> None:
+        """vLLM's answer to a request whose generation failed (finish_reason "error", as a KV load
+        failure ends it; vllm/entrypoints/generate/base/serving.py raises GenerationError): 500 and
+        its ErrorResponse; streamed, the 200 stream already begun carries it as an event."""
+        if not stream:
+            self._json(500, VLLM_GENERATION_ERROR)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        self._sse(VLLM_GENERATION_ERROR)
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
 
     def _sse(self, obj: dict[str, Any]) -> None:
         self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
@@ -1275,8 +1347,8 @@ def start(argv: list[str], env: dict[str, str]) -> Engine:
     if settings.pd_mode == "prefill" and settings.node_rank == 0:
         kv = listen(engine.adv_ip, 0)  # fails if the advertised IP is not this host's
         engine.kv_port = kv.getsockname()[1]
-        threading.Thread(target=engine.serve_kv, args=(kv,), daemon=True).start()
         if settings.engine == "sglang":
+            threading.Thread(target=engine.serve_kv, args=(kv,), daemon=True).start()
             handler = type("Boot", (_BootstrapHandler,), {"engine": engine})
             try:
                 boot = _Server(("", settings.bootstrap_port), handler)
