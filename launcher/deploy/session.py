@@ -34,7 +34,7 @@ from typing import Callable, Iterator, Mapping, Protocol, Sequence, TypeVar
 from launcher import stephook
 from launcher.deploy import lock
 from launcher.deploy.desired import Desired, secrets_file
-from launcher.execute.fanout import each, first_error, precheck
+from launcher.execute.fanout import Interrupted, each, first_error, precheck
 from launcher.deploy.health import Verdict, gate
 from launcher.deploy.manifest import Manifest, dumps
 from launcher.deploy.owner import OwnerConflict, conflict
@@ -139,12 +139,14 @@ class Connections:
             more = f" (and {len(self.errors) - 1} more hosts)" if len(self.errors) > 1 else ""
             raise UnreachableError(host, f"{err.reason if isinstance(err, UnreachableError) else err}{more}")
 
-    def run(self, hosts: Sequence[str], fn: Callable[[str, Transport], object], step: str = "") -> dict[str, object | FleetError]:
+    def run(self, hosts: Sequence[str], fn: Callable[[str, Transport], object], step: str = "", *,
+            cleanup: bool = False) -> dict[str, object | FleetError]:  # fmt: skip
         """``fn`` on each of ``hosts`` at once; each host's outcome.  ``step`` names the step for
-        the operator's step hook (:mod:`launcher.stephook`), run first."""
+        the operator's step hook (:mod:`launcher.stephook`), run first; ``cleanup``: as
+        :func:`~launcher.execute.fanout.each` has it (a first interrupt lets every host finish)."""
         if step:
             stephook.reached(step, hosts)
-        return each(list(hosts), lambda h: fn(h, self.transports[h]), self.forks)
+        return each(list(hosts), lambda h: fn(h, self.transports[h]), self.forks, cleanup=cleanup)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -209,8 +211,15 @@ class DeploySession(Connections):
         return self
 
     def __exit__(self, *exc: object) -> None:
+        # The release is what an interrupt leads to: a first one arriving while it runs (a watch
+        # stopped just as an action ends) lets it finish on every host, then ends the command; after
+        # an interrupt, one arriving here is the second, which abandons it.
+        interrupted: Interrupted[str, object] | None = None
+        first = not (isinstance(exc[0], type) and issubclass(exc[0], KeyboardInterrupt))
         try:
-            results = self.run(self._held, self._release, "release")
+            results = self.run(self._held, self._release, "release", cleanup=first)
+        except Interrupted as err:  # a second interrupt leaves the hosts it cut short unreleased
+            interrupted, results = err, {h: err.done.get(h, FleetError(f"{h}: interrupted")) for h in self._held}
         finally:
             self.close()
         where = lock.lock_dir(self.target.deployment)
@@ -219,9 +228,11 @@ class DeploySession(Connections):
                  f"answers, clear it with: {self.target.unlock_command}", self.secrets)
             for h, err in sorted(results.items()) if isinstance(err, FleetError)
         )  # fmt: skip
-        if exc[0] is not None:  # the error that ends the command says nothing about it
+        if exc[0] is not None or interrupted is not None:  # the error that ends the command says nothing about it
             for line in self.unreleased:
                 self.progress.note(line)
+        if interrupted is not None:
+            raise interrupted
 
     def reported(self, report: R) -> R:
         """``report`` (made in the session) with a line per host whose lock stayed behind."""

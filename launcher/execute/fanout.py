@@ -5,7 +5,9 @@ result is its value or the :class:`FleetError` it raised (other exceptions are b
 propagate).  A slow, dead or hung key costs only its own timeouts.  Ctrl-C: nothing new is
 started, ``on_interrupt`` runs (e.g. closing the connections, which aborts running commands),
 what is running gets :data:`INTERRUPT_GRACE_S` to finish, and :class:`Interrupted` -- a
-``KeyboardInterrupt`` -- is raised with the results of the keys that had finished.  The deploy
+``KeyboardInterrupt`` -- is raised with the results of the keys that had finished; a clean-up's
+fan-out (``cleanup=True``: releasing locks) lets every key finish on the first Ctrl-C and is
+abandoned so only on a second.  The deploy
 phases (``deploy/session.py``, ``deploy/health.py``, ``watch/loop.py``) use it as is: their
 cleanup (unlocking, tearing down) then runs on new channels of the same connections.
 
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 from dataclasses import dataclass
-from typing import Callable, Generic, Mapping, Protocol, Sequence, TypeVar
+from typing import Callable, Generic, Iterable, Mapping, Protocol, Sequence, TypeVar
 
 from launcher.errors import FleetError, HostKeyError, UnreachableError
 from launcher.execute.transport import Transport
@@ -46,8 +48,11 @@ class Interrupted(KeyboardInterrupt, Generic[K, T]):
 
 
 def each(keys: Sequence[K], fn: Callable[[K], T], forks: int, *,
-         on_interrupt: Callable[[], None] | None = None) -> dict[K, T | FleetError]:  # fmt: skip
-    """``fn(key)`` for every key, at most ``forks`` at a time; see the module docstring."""
+         on_interrupt: Callable[[], None] | None = None, cleanup: bool = False) -> dict[K, T | FleetError]:  # fmt: skip
+    """``fn(key)`` for every key, at most ``forks`` at a time; see the module docstring.
+    ``cleanup``: ``fn`` is what an interrupt leads to (releasing locks), so a first Ctrl-C lets
+    every key finish and then raises :class:`Interrupted` holding all of them; a second one
+    abandons it as for any other step."""
     if not keys:
         return {}
     pool = cf.ThreadPoolExecutor(max_workers=max(1, min(forks, len(keys))), thread_name_prefix="fleet")
@@ -55,6 +60,10 @@ def each(keys: Sequence[K], fn: Callable[[K], T], forks: int, *,
     try:
         cf.wait(futures.values())
     except KeyboardInterrupt:
+        if cleanup and _outwaited(futures.values()):
+            pool.shutdown()
+            every: dict[K, T | FleetError] = _results(futures)
+            raise Interrupted(every) from None
         finished = {k: f for k, f in futures.items() if f.done() and not f.cancelled()}
         pool.shutdown(wait=False, cancel_futures=True)
         if on_interrupt is not None:
@@ -64,6 +73,15 @@ def each(keys: Sequence[K], fn: Callable[[K], T], forks: int, *,
         raise Interrupted(done) from None
     pool.shutdown()
     return _results(futures)
+
+
+def _outwaited(futures: Iterable[cf.Future[T]]) -> bool:
+    """Every future waited for once more (a cleanup's first interrupt); False on a second one."""
+    try:
+        cf.wait(futures)
+    except KeyboardInterrupt:
+        return False
+    return True
 
 
 def _results(futures: Mapping[K, cf.Future[T]]) -> dict[K, T | FleetError]:

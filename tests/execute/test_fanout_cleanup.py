@@ -1,0 +1,108 @@
+"""``each(cleanup=True)``: the fan-out of a clean-up (releasing locks) is not cut short by the
+first interrupt -- every key finishes, then :class:`Interrupted` carries all of them -- while a
+second interrupt abandons it as it does any other step.  In-process: the interrupt is a real
+SIGINT delivered to the main thread, which is waiting in :func:`each`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from types import FrameType
+from typing import Iterator
+
+import pytest
+
+from launcher.execute import fanout
+from launcher.execute.fanout import Interrupted, each
+
+
+@pytest.fixture
+def interrupts(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
+    """SIGINT raises KeyboardInterrupt in the main thread as Python's default does, and each one
+    taken is recorded (so a worker can wait until the main thread has it); the abandon grace is
+    cut so that the case it covers does not wait it out."""
+    taken: list[float] = []
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        taken.append(time.monotonic())
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fanout, "INTERRUPT_GRACE_S", 0.05)
+    before = signal.signal(signal.SIGINT, handler)
+    try:
+        yield taken
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def interrupt_main() -> None:
+    """SIGINT once the main thread waits in :func:`each` (every key is submitted before it waits:
+    a moment after a worker runs, it is there)."""
+    time.sleep(0.2)
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def until(what: str, ok: object) -> None:
+    deadline = time.monotonic() + 30
+    while not ok():  # type: ignore[operator]
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def test_a_cleanups_first_interrupt_lets_every_key_finish(interrupts: list[float]) -> None:
+    cut = threading.Event()  # set when each() has let its keys go
+
+    def release(key: str) -> str:
+        if key == "h2":
+            interrupt_main()
+            until("the main thread took the interrupt", lambda: interrupts)
+            time.sleep(0.5)  # past the abandon grace: an abandoned key would be cut here
+            if cut.is_set():
+                raise AssertionError("released after each() gave up on it")
+        return f"{key} released"
+
+    with pytest.raises(Interrupted) as info:
+        try:
+            each(["h1", "h2", "h3"], release, 4, cleanup=True)
+        finally:
+            cut.set()
+    assert dict(info.value.done) == {"h1": "h1 released", "h2": "h2 released", "h3": "h3 released"}
+    assert len(interrupts) == 1
+
+
+def test_a_second_interrupt_abandons_the_cleanup(interrupts: list[float]) -> None:
+    let_go = threading.Event()
+
+    def release(key: str) -> str:
+        if key == "h2":
+            for n in (1, 2):
+                interrupt_main()
+                until(f"the main thread took interrupt {n}", lambda n=n: len(interrupts) >= n)  # type: ignore[misc]
+            let_go.wait(30)
+        return f"{key} released"
+
+    try:
+        with pytest.raises(Interrupted) as info:
+            each(["h1", "h2"], release, 4, cleanup=True)
+    finally:
+        let_go.set()
+    assert dict(info.value.done) == {"h1": "h1 released"}, "h2 was still releasing: not waited for"
+
+
+def test_without_cleanup_the_first_interrupt_abandons_what_runs(interrupts: list[float]) -> None:
+    let_go = threading.Event()
+
+    def step(key: str) -> str:
+        if key == "h2":
+            interrupt_main()
+            let_go.wait(30)
+        return key
+
+    try:
+        with pytest.raises(Interrupted) as info:
+            each(["h1", "h2"], step, 4)
+    finally:
+        let_go.set()
+    assert "h2" not in info.value.done
