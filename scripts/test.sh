@@ -28,7 +28,7 @@ trap 'rm -f "$others_log" "$real_log"' EXIT
 pytest_sigint() {
   python3 -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); os.execvp(sys.executable, [sys.executable, "-m", "pytest", *sys.argv[1:]])' "$@"
 }
-pytest_sigint -q -rs --durations=15 -m "not sandbox and not real_engine" "$@" >"$others_log" 2>&1 &
+pytest_sigint -q -rfEs --durations=15 -m "not sandbox and not real_engine" "$@" >"$others_log" 2>&1 &
 others=$!
 # The real-engine tier: the prefill/decode module (its own 19-host sandbox, the cohort roll) with
 # the single module in one process, PP2, systemd and the router modules in another (the first
@@ -38,13 +38,13 @@ pd=(tests/real_engine/test_real_pd.py tests/real_engine/test_real_single.py)
 pd_log=$(mktemp)
 pd_rc=5
 if [ "$#" -eq 0 ]; then
-  nice -n 5 python3 -m pytest -q -rs --durations=15 -m real_engine "${pd[@]}" >"$pd_log" 2>&1 &
+  nice -n 5 python3 -m pytest -q -rfEs --durations=15 -m real_engine "${pd[@]}" >"$pd_log" 2>&1 &
   pd_pid=$!
   pd_ignores=()
   for f in "${pd[@]}"; do pd_ignores+=(--ignore "$f"); done
-  nice -n 5 python3 -m pytest -q -rs --durations=15 -m real_engine "${pd_ignores[@]}" tests >"$real_log" 2>&1 &
+  nice -n 5 python3 -m pytest -q -rfEs --durations=15 -m real_engine "${pd_ignores[@]}" tests >"$real_log" 2>&1 &
 else
-  nice -n 5 python3 -m pytest -q -rs --durations=15 -m real_engine "$@" >"$real_log" 2>&1 &
+  nice -n 5 python3 -m pytest -q -rfEs --durations=15 -m real_engine "$@" >"$real_log" 2>&1 &
 fi
 real=$!
 # The fault, interrupt, lock, watch, check and PD-canary modules: mostly waiting on hosts they
@@ -57,17 +57,17 @@ faults_log=$(mktemp)
 trap 'rm -f "$others_log" "$real_log" "$faults_log" "$pd_log"' EXIT
 faults_rc=0
 if [ "$#" -eq 0 ]; then
-  pytest_sigint -q -rs --durations=15 -m sandbox "${faults[@]}" >"$faults_log" 2>&1 &
+  pytest_sigint -q -rfEs --durations=15 -m sandbox "${faults[@]}" >"$faults_log" 2>&1 &
   faults_pid=$!
   ignores=()
   for f in "${faults[@]}"; do ignores+=(--ignore "$f"); done
   sandbox_rc=0
-  python3 -m pytest -q -rs --durations=30 -m sandbox "${ignores[@]}" tests || sandbox_rc=$?
+  python3 -m pytest -q -rfEs --durations=30 -m sandbox "${ignores[@]}" tests || sandbox_rc=$?
   wait "$faults_pid" || faults_rc=$?
 else
   faults_rc=5
   sandbox_rc=0
-  python3 -m pytest -q -rs --durations=30 -m sandbox "$@" || sandbox_rc=$?
+  python3 -m pytest -q -rfEs --durations=30 -m sandbox "$@" || sandbox_rc=$?
 fi
 others_rc=0
 wait "$others" || others_rc=$?

@@ -336,7 +336,7 @@ def front(sandbox_fleet: Sandbox, pd: dict[str, Any], tmp_path_factory: pytest.T
     sandbox's router venv), whose one worker is the first cohort's PD router: what clients send
     to while the deployment rolls by cohort (launcher/rolling/cohort.py)."""
     if pd["rc"] != 0:
-        pytest.skip("the deployment did not come up")
+        pytest.skip(f"the deployment did not come up: {' | '.join(pd['stderr'].strip().splitlines()[-3:])}")
     r = Router(("--worker-urls", f"http://{sandbox_fleet.host(ROUTER).data_ip}:8300"),
                tmp_path_factory.mktemp("front") / "router-front.log")  # fmt: skip
     try:
