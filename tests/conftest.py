@@ -12,7 +12,8 @@ the generated model (``fleet sandbox up --real-engine``).
 Settings (env): FLEET_SANDBOX_HOSTS (overrides the size), FLEET_SANDBOX_NAME (``pt<pid>``: concurrent pytest
 sessions on one machine must not share -- and tear down -- each other's fleet; fleets of dead
 sessions are removed first), FLEET_SANDBOX_DOCKER
-(1; 0 = hosts without dockerd).  The fixture skips, printing why, where the sandbox cannot run
+(1; 0 = hosts without dockerd); FLEET_SSH_DEAD_AFTER_S (the SSH liveness bound of the ``fleet`` runs of a
+session with sandbox or real-engine tests: :mod:`tests.loaded`'s unless set).  The fixture skips, printing why, where the sandbox cannot run
 (not Linux/root, no sshd/ip/dockerd binaries).
 """
 
@@ -26,6 +27,14 @@ from typing import Any, Iterator
 import pytest
 
 from launcher.sandbox.client import Sandbox
+from tests.loaded import SSH_DEAD_AFTER_S
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A session that runs sandbox or real-engine tests runs ``fleet`` with the loaded machine's
+    SSH liveness bound (:mod:`tests.loaded`) unless the environment sets one."""
+    if any(item.get_closest_marker(m) for item in session.items for m in ("sandbox", "real_engine")):
+        os.environ.setdefault("FLEET_SSH_DEAD_AFTER_S", SSH_DEAD_AFTER_S)
 
 
 def _missing_prereq(docker: bool) -> str | None:

@@ -23,7 +23,7 @@ import pytest
 from launcher.bench.client import aiperf_path
 from launcher.sandbox.client import Sandbox
 from tests.deploy.test_sandbox_e2e import containers, fleet, need_netns, up_json
-from tests.real_engine.harness import SSH_DEAD_AFTER_S
+from tests.loaded import SSH_DEAD_AFTER_S
 from tests.rolling.loadgen import LoadGen
 from tests.sandbox_playbooks import standin_playbook
 

@@ -17,23 +17,18 @@ import pytest
 import yaml
 
 from launcher.sandbox.client import Sandbox
+from tests.loaded import SSH_DEAD_AFTER_S
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOKS = REPO / "playbooks" / "sandbox"
 UP_TIMEOUT_S = 1500  # a hang bound: a cold start is ~90-130 s alone; several engines starting at once share 2 cores (the playbooks' start_timeout_s up to 1200)
 
 
-# The operator's knob for hosts that stall (docs/configuration.md: ``ssh_dead_after_s``), for the
-# tests that run long rollouts on the loaded CI machine (this tier, the bench-gate test).  On two
-# cores, with CI's four tiers side by side at a load of 60-70, a host's sshd answered no SSH
-# keepalive for more than the default 15 s (session 13's ci1: h9 named unreachable mid health-wait
-# during a real engine's cold start, its lock left); none of those tests is about liveness.
-SSH_DEAD_AFTER_S = "60"
 
 
 def fleet_env(**extra: str) -> dict[str, str]:
-    """The environment of a ``fleet`` run against this tier's hosts: this process's, the liveness
-    bound above (unless the caller's environment sets one), and ``extra``."""
+    """The environment of a ``fleet`` run against this tier's hosts: this process's, the loaded
+    machine's liveness bound (:mod:`tests.loaded`, unless the environment sets one), and ``extra``."""
     return {"FLEET_SSH_DEAD_AFTER_S": SSH_DEAD_AFTER_S, **os.environ, **extra}
 
 
