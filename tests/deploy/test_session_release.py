@@ -42,20 +42,20 @@ def interrupts(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
         signal.signal(signal.SIGINT, before)
 
 
-def interrupted_release(monkeypatch: pytest.MonkeyPatch, interrupts: list[float], signals: int) -> None:
-    """h2's release sends ``signals`` SIGINTs, each taken by the main thread, and finishes half a
-    second later -- unless its connection was closed meanwhile (it then fails, as SSH does)."""
+def interrupted_release(monkeypatch: pytest.MonkeyPatch, interrupts: list[float]) -> None:
+    """h2's release sends a SIGINT, taken by the main thread, and finishes half a second later --
+    unless its connection was closed meanwhile (it then fails, as SSH does)."""
     plain = simhost.SimHost.lock_release
 
     def release(self: simhost.SimHost, p: Sequence[str]) -> tuple[int, str, str]:
         if self.name == "h2":
-            for n in range(len(interrupts) + 1, len(interrupts) + signals + 1):
-                time.sleep(0.2)  # the main thread is waiting on the release by now
-                os.kill(os.getpid(), signal.SIGINT)
-                deadline = time.monotonic() + 30
-                while len(interrupts) < n:
-                    assert time.monotonic() < deadline, "the interrupt was not taken"
-                    time.sleep(0.01)
+            taken = len(interrupts)
+            time.sleep(0.2)  # the main thread is waiting on the release by now
+            os.kill(os.getpid(), signal.SIGINT)
+            deadline = time.monotonic() + 30
+            while len(interrupts) == taken:
+                assert time.monotonic() < deadline, "the interrupt was not taken"
+                time.sleep(0.01)
             time.sleep(0.5)
             if self.closed:
                 return 255, "", "connection closed"
@@ -68,19 +68,24 @@ def held(sim: SimFleet) -> list[str]:
     return [h for h in HOSTS if lock.lock_dir("demo") + "/owner" in sim[h].files]
 
 
-def session(sim: SimFleet) -> DeploySession:
-    return DeploySession(target(pp_plan(), hosts=HOSTS), sim.connect, forks=4)
+def ended(sim: SimFleet, monkeypatch: pytest.MonkeyPatch, interrupts: list[float], *, by_interrupt: bool) -> DeploySession:
+    """A session that took the lock on every host and ended -- as its block finished, or
+    (``by_interrupt``) by an interrupt of its own -- while h2's release is interrupted."""
+    s = DeploySession(target(pp_plan(), hosts=HOSTS), sim.connect, forks=4)
+    with pytest.raises(KeyboardInterrupt):
+        with s:
+            s.lock_and_survey(force=False, images=False)
+            assert held(sim) == list(HOSTS)
+            interrupted_release(monkeypatch, interrupts)
+            if by_interrupt:
+                raise KeyboardInterrupt
+    return s
 
 
 def test_an_interrupt_during_the_release_lets_it_finish_everywhere(
     sim: SimFleet, monkeypatch: pytest.MonkeyPatch, interrupts: list[float],
 ) -> None:  # fmt: skip
-    s = session(sim)
-    with pytest.raises(KeyboardInterrupt):
-        with s:
-            s.lock_and_survey(force=False, images=False)
-            assert held(sim) == list(HOSTS)
-            interrupted_release(monkeypatch, interrupts, signals=1)
+    s = ended(sim, monkeypatch, interrupts, by_interrupt=False)
     assert held(sim) == [], "a lock was left behind"
     assert s.unreleased == ()
 
@@ -88,12 +93,7 @@ def test_an_interrupt_during_the_release_lets_it_finish_everywhere(
 def test_a_second_interrupt_during_the_release_abandons_it_and_says_where(
     sim: SimFleet, monkeypatch: pytest.MonkeyPatch, interrupts: list[float],
 ) -> None:  # fmt: skip
-    s = session(sim)
-    with pytest.raises(KeyboardInterrupt):
-        with s:
-            s.lock_and_survey(force=False, images=False)
-            interrupted_release(monkeypatch, interrupts, signals=1)
-            raise KeyboardInterrupt  # the first interrupt: it ends the session
+    s = ended(sim, monkeypatch, interrupts, by_interrupt=True)
     assert held(sim) == ["h2"]
     assert s.unreleased == (
         f"h2: the deploy lock {lock.lock_dir('demo')} was not released (interrupted); once h2 answers, clear it "
