@@ -6,8 +6,9 @@ rank 0 by its data IP, answers a request served by rank 0, and ``down`` removes 
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -36,6 +37,20 @@ def sb(sandbox_fleet: Sandbox) -> Iterator[Sandbox]:
         fleet(sandbox_fleet, "down", str(PLAYBOOK), "-q", "--break-lock")
 
 
+def listed_workers(router: str) -> list[dict[str, Any]]:
+    """The router's ``/workers`` once it lists any (up to 60 s).  sglang-router 0.3.2 answers
+    ``/health`` before it has registered the workers its command line names (``/readiness`` says
+    503 "insufficient healthy workers" meanwhile), and fleet's gate reads ``/health``: at a load of
+    85 (session 14's ci2) the list was still empty when ``up`` returned."""
+    deadline = time.monotonic() + 60
+    while True:
+        with urllib.request.urlopen(f"{router}/workers", timeout=10) as r:
+            workers: list[dict[str, Any]] = json.loads(r.read())["workers"]
+        if workers or time.monotonic() > deadline:
+            return workers
+        time.sleep(0.5)
+
+
 def test_pp2_behind_a_regular_router(sb: Sandbox) -> None:
     up = up_json(sb, PLAYBOOK)
     assert [(u["host"], u["unit"], u["action"], u["outcome"]) for u in up["units"]] == [
@@ -43,8 +58,7 @@ def test_pp2_behind_a_regular_router(sb: Sandbox) -> None:
     ], up
 
     router = f"http://{sb.host('h1').data_ip}:8000"
-    with urllib.request.urlopen(f"{router}/workers", timeout=10) as r:
-        workers = json.loads(r.read())["workers"]
+    workers = listed_workers(router)
     assert [(w["url"], w["worker_type"]) for w in workers] == [(f"http://{sb.host('h6').data_ip}:30000", "regular")]
     body = {"model": "kimi", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 3}
     answer = post(f"{router}/v1/chat/completions", body)

@@ -203,8 +203,12 @@ def test_a_stale_state_naming_a_reused_slot_leaves_that_slots_new_owner_connecte
         sb.close()
         fleet.down(stale)
         fleet.down(name)
-    assert not os.path.exists(f"/sys/class/net/{st.root_ifname}")
-    assert st.route_metric not in _guard_metrics()
+    # Under the slot lock, so that a sandbox of a session running beside this one cannot be
+    # mid-claim of the slot just released (CI's ci2 of session 14 saw its guard route in between).
+    with fleet._slot_lock():
+        if not any(o is not None and o.slot == st.slot for o in map(state.load, state.names())):
+            assert not os.path.exists(f"/sys/class/net/{st.root_ifname}")
+            assert st.route_metric not in _guard_metrics()
 
 
 def _guard_metrics() -> list[int]:
