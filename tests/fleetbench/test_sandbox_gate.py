@@ -23,7 +23,6 @@ import pytest
 from launcher.bench.client import aiperf_path
 from launcher.sandbox.client import Sandbox
 from tests.deploy.test_sandbox_e2e import containers, fleet, need_netns, up_json
-from tests.loaded import SSH_DEAD_AFTER_S
 from tests.rolling.loadgen import LoadGen
 from tests.sandbox_playbooks import standin_playbook
 
@@ -94,9 +93,7 @@ def gens(sb: Sandbox, pb: Path) -> dict[str, int | None]:
 
 def test_a_slower_generation_is_rolled_back_a_fast_one_rolls_through(sandbox_fleet: Sandbox, pbs: dict[str, Path], tmp_path: Path) -> None:
     sb = sandbox_fleet
-    # The loaded machine's liveness bound (see SSH_DEAD_AFTER_S): in session 13's ci1 the router
-    # host h3 answered no keepalive within the default 15 s while the fast v2 rolled.
-    env = {"FLEET_BENCH_DIR": str(tmp_path / "store"), "FLEET_SSH_DEAD_AFTER_S": SSH_DEAD_AFTER_S}
+    env = {"FLEET_BENCH_DIR": str(tmp_path / "store")}
     up_json(sb, pbs["v1"], env=env)
     load = LoadGen(f"http://{sb.host('h3').data_ip}:{ROUTER}", workers=3, stream_every=4, stream_tokens=40,
                    max_seconds=400, model="qwen").start()  # fmt: skip

@@ -17,7 +17,6 @@ import pytest
 import yaml
 
 from launcher.sandbox.client import Sandbox
-from tests.loaded import SSH_DEAD_AFTER_S
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOKS = REPO / "playbooks" / "sandbox"
@@ -27,9 +26,9 @@ UP_TIMEOUT_S = 1500  # a hang bound: a cold start is ~90-130 s alone; several en
 
 
 def fleet_env(**extra: str) -> dict[str, str]:
-    """The environment of a ``fleet`` run against this tier's hosts: this process's, the loaded
-    machine's liveness bound (:mod:`tests.loaded`, unless the environment sets one), and ``extra``."""
-    return {"FLEET_SSH_DEAD_AFTER_S": SSH_DEAD_AFTER_S, **os.environ, **extra}
+    """The environment of a ``fleet`` run against this tier's hosts: this process's (which
+    carries the loaded machine's liveness bound, :mod:`tests.loaded`) and ``extra``."""
+    return {**os.environ, **extra}
 
 
 def fleet(sb: Sandbox, *args: str, timeout: float = UP_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
