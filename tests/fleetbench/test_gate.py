@@ -138,25 +138,55 @@ class Scripted(Gate):
 def test_each_batch_is_compared_with_its_own_baseline() -> None:
     """The machine got 30% slower between batch 1 and batch 2: batch 2's new generation is as
     fast as its own previous generation, measured twice right before it restarted, and passes;
-    batch 3's baseline completed nothing, so the last one judges it."""
+    batch 3's baseline completed nothing, so the last one judges it (and it fails twice)."""
     loaded = lv(1.0, 130.0, 26.0)
     gate = Scripted([lv(1.0, 100.0, 20.0), lv(1.0, 100.0, 20.0), lv(1.0, 101.0, 20.0),
                      loaded, loaded, lv(1.0, 131.0, 26.0),
-                     lv(1.0, 100.0, 20.0, completed=0), loaded, lv(0.5, 131.0, 26.0)])  # fmt: skip
+                     lv(1.0, 100.0, 20.0, completed=0), loaded, lv(0.5, 131.0, 26.0), lv(0.6, 132.0, 26.0)])  # fmt: skip
     gate.before(["u1"])
     assert gate.after(["u1"]) is None
     gate.before(["u2"])
     assert gate.after(["u2"]) is None
     gate.before(["u3"])  # completed nothing: the last baseline stays
     assert gate.after(["u3"]) == ("bench gate: attainment dropped beyond the threshold at 32+30 x2 (8 requests): "
-                                  "attainment 100% -> 50% (-50.0 pts, threshold 10.0 pts), TTFT p99 130.0 -> 131.0 ms "
-                                  "(+0.8%, threshold 10.0%), TPOT p99 26.0 -> 26.0 ms (+0.0%, threshold 10.0%)")  # fmt: skip
+                                  "attainment 100% -> 60% (-40.0 pts, threshold 10.0 pts), TTFT p99 130.0 -> 132.0 ms "
+                                  "(+1.5%, threshold 10.0%), TPOT p99 26.0 -> 26.0 ms (+0.0%, threshold 10.0%) "
+                                  "(measured twice; the first measurement: attainment 100% -> 50% (-50.0 pts, threshold "
+                                  "10.0 pts), TTFT p99 130.0 -> 131.0 ms (+0.8%, threshold 10.0%), TPOT p99 26.0 -> 26.0 ms "
+                                  "(+0.0%, threshold 10.0%))")  # fmt: skip
     assert [n.split(" at ")[0] for n in gate.notes] == [
         "bench gate baseline (previous generation, 2 runs back to back)", "bench gate passed",
         "bench gate baseline (previous generation, 2 runs back to back)", "bench gate passed",
         "bench gate: the previous generation of this batch completed no request",
+        "bench gate: attainment dropped beyond the threshold",
     ]
     assert gate.notes[2].endswith("(threshold: the larger of 10 and 2 x the noise)")
+    assert gate.notes[-1].endswith("; measuring again")
+    assert gate.levels == []
+
+
+def test_one_failed_measurement_is_taken_again_and_a_pass_passes() -> None:
+    """A load spike stalled one request of the first measurement (TPOT p99 +161%, as a CI run
+    measured it for a generation as fast as the baseline): the second passes, so the batch does."""
+    gate = Scripted([lv(1.0, 100.0, 20.0), lv(1.0, 100.0, 20.0), lv(0.8, 100.0, 52.2), lv(1.0, 101.0, 20.2)])
+    gate.before(["u1"])
+    assert gate.after(["u1"]) is None
+    assert gate.notes[1:] == [
+        "bench gate: attainment dropped and TPOT p99 rose beyond the threshold at 32+30 x2 (8 requests): attainment "
+        "100% -> 80% (-20.0 pts, threshold 10.0 pts), TTFT p99 100.0 -> 100.0 ms (+0.0%, threshold 10.0%), TPOT p99 "
+        "20.0 -> 52.2 ms (+161.0%, threshold 10.0%); measuring again",
+        "bench gate passed when measured again at 32+30 x2 (8 requests): attainment 100% -> 100% (+0.0 pts, threshold "
+        "10.0 pts), TTFT p99 100.0 -> 101.0 ms (+1.0%, threshold 10.0%), TPOT p99 20.0 -> 20.2 ms (+1.0%, threshold 10.0%)",
+    ]  # fmt: skip
+    assert gate.levels == []
+
+
+def test_a_new_generation_that_completes_nothing_twice_fails_with_both() -> None:
+    gate = Scripted([lv(1.0, 100.0, 20.0), lv(1.0, 100.0, 20.0), lv(1.0, 100.0, 20.0, completed=0),
+                     lv(1.0, 100.0, 20.0, completed=0)])  # fmt: skip
+    gate.before(["u1"])
+    assert gate.after(["u1"]) == ("bench gate: the new generation completed no request at 32+30 x2 (8 requests) "
+                                  "(measured twice; the first measurement: completed no request)")  # fmt: skip
 
 
 def test_the_first_baseline_must_complete_requests() -> None:
