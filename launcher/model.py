@@ -491,8 +491,18 @@ class Playbook:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HealthCheck:
+    """``url`` says the unit is alive and serving (status, the watch, a liveness probe);
+    ``ready_url``, when the program answers ``url`` before it can serve, is what a start waits
+    for instead (a router: /health before its workers are registered, /readiness once one is)."""
+
     url: str  # http://<data ip>:<port>/health
     timeout_s: int  # deadline for the first healthy answer (the gate polls from the host itself)
+    ready_url: str | None = None
+
+    @property
+    def gate_url(self) -> str:
+        """What the start gate polls: ``ready_url`` if set, else ``url``."""
+        return self.ready_url or self.url
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -742,8 +742,10 @@ def _infra_host(
 def _infra_unit(
     sh: _Shared, role: Role, host: Host, argv: tuple[str, ...], ports: dict[str, int], health_path: str,
     health_port: int, start_order: int, wants: tuple[str, ...], image: str, mounts: tuple[Mount, ...] = (),
+    ready_path: str | None = None,
 ) -> Unit:
     group = f"{sh.deployment}/{role}"
+    base = f"http://{network.data_ip(host)}:{health_port}"
     return Unit(
         host=host.name,
         name=_unit_name(sh.deployment, role, 0),
@@ -756,7 +758,8 @@ def _infra_unit(
             image=image, ipc_host=False, shm_size=None, mounts=mounts,
             extra_args=sh.playbook.overrides.docker_args, labels=_labels(sh, group, role, 0),
         ),
-        health=HealthCheck(url=f"http://{network.data_ip(host)}:{health_port}{health_path}", timeout_s=INFRA_TIMEOUT_S),
+        health=HealthCheck(url=f"{base}{health_path}", timeout_s=INFRA_TIMEOUT_S,
+                           ready_url=None if ready_path is None else f"{base}{ready_path}"),
         start_order=start_order,
         wants=wants,
         runtime=sh.playbook.runtime or host.spec.runtime,
@@ -778,7 +781,9 @@ def _router_unit(sh: _Shared, host: Host, prefill: list[Unit], decode: list[Unit
     )
     ports = {"router": port, "router_metrics": metrics}
     wants = tuple(u.name for u in (*prefill, *decode))
-    return _infra_unit(sh, "router", host, argv, ports, _router_health(sh, argv), port, 2, wants, sh.images.router or sh.image)
+    program = _router_program(sh, argv)
+    return _infra_unit(sh, "router", host, argv, ports, program.health_path, port, 2, wants, sh.images.router or sh.image,
+                       ready_path=program.ready_path)
 
 
 def _regular_router_unit(sh: _Shared, host: Host, leaders: list[Unit]) -> Unit:
@@ -796,11 +801,13 @@ def _regular_router_unit(sh: _Shared, host: Host, leaders: list[Unit]) -> Unit:
         )
     ports = {"router": port, "router_metrics": metrics}
     wants = tuple(u.name for u in leaders)
-    return _infra_unit(sh, "router", host, argv, ports, _router_health(sh, argv), port, 2, wants, sh.images.router or sh.image)
+    program = _router_program(sh, argv)
+    return _infra_unit(sh, "router", host, argv, ports, program.health_path, port, 2, wants, sh.images.router or sh.image,
+                       ready_path=program.ready_path)
 
 
-def _router_health(sh: _Shared, argv: tuple[str, ...]) -> str:
-    """The health path of the router program ``argv`` runs (its plug-in's)."""
+def _router_program(sh: _Shared, argv: tuple[str, ...]) -> router.Program:
+    """The router program ``argv`` runs (its plug-in: health and readiness paths)."""
     program = router.of_argv(argv)
     if program is None:
         raise PlanError(
@@ -809,7 +816,7 @@ def _router_health(sh: _Shared, argv: tuple[str, ...]) -> str:
             "plug-in describes (launcher.engines.router.register adds one)",
             "engine",
         )
-    return program.health_path
+    return program
 
 
 # ---------------------------------------------------------------------------------------------

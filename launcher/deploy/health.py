@@ -141,7 +141,7 @@ def _judge(
             (d for d, s in seen_all if isinstance(s, Seen) and not s.probes.get(d.name, d.unit.health is None)),
             units[0],
         )
-        what = f"not healthy at {waiting.unit.health.url}" if waiting.unit.health else "not running"
+        what = f"not healthy at {waiting.unit.health.gate_url}" if waiting.unit.health else "not running"
         return Verdict(error=_UnitDied(waiting, None, f"{what} after {waited:.0f}s"))
     return None
 

@@ -53,7 +53,7 @@ def wait_argv(units: Sequence[Desired], *, window_s: int, step_s: float, probe_t
         name = runtimes.get(d.unit.runtime).wait_name(d.name)
         if "\n" in name:  # names are built from validated parts; the script splits its lists on newlines
             raise ValueError(f"newline in unit name {d.name!r}")
-        args += [d.unit.runtime, name, d.unit.health.url if d.unit.health else ""]
+        args += [d.unit.runtime, name, d.unit.health.gate_url if d.unit.health else ""]
     own = (a for rt in runtimes.runtimes() for a in rt.wait_args())
     return sh(_WAIT, str(window_s), f"{step_s:g}", str(probe_timeout_s), *own, *args)
 

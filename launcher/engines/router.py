@@ -174,7 +174,13 @@ class Program:
     a plug-in's program with other flags subclasses and overrides them.
 
     ``health_path`` is one path segment: readers take a unit's base URL as its health URL without
-    the last segment.  ``pd_adds_workers``: its PD mode takes workers over its worker API
+    the last segment.  ``ready_path`` (one segment, or None): what a start waits for instead.
+    Both routers answer /health as soon as they listen, sglang-router 0.3.2 before it has
+    registered its ``--worker-urls`` (its /workers empty meanwhile; measured under load); its
+    /readiness answers 503 "insufficient healthy workers" until a worker is healthy (with every
+    worker dead, /health and /liveness still answer 200), 200 after; vllm-router 0.1.17's answers
+    200 ``{"status":"ready",...}`` with its healthy workers counted, in regular and PD mode
+    (measured).  ``pd_adds_workers``: its PD mode takes workers over its worker API
     (``POST /workers``); sglang-router 0.3.2 does (``worker_type``, ``bootstrap_port``);
     vllm-router 0.1.17 does not (``POST /workers`` and ``/add_worker`` answer 400 "PD router
     requires specific add_prefill_server or add_decode_server methods"; measured), so the watch
@@ -185,6 +191,7 @@ class Program:
     name: str  # the program as messages name it; also its metrics kind (launcher/observe/names.py)
     entry: tuple[str, ...]  # the argv prefix of a unit running it
     health_path: str = "/health"
+    ready_path: str | None = "/readiness"
     pd_adds_workers: bool = True
     bootstrap_annotation: str = "sglang.ai/bootstrap-port"
 

@@ -312,6 +312,23 @@ def test_deadline_fails_a_group_whose_endpoint_never_answers(host: Host) -> None
     assert error is not None and error.startswith(f"{RUN0} not healthy at {URL0} after ")
 
 
+def test_a_router_is_started_once_it_is_ready_not_once_it_listens(host: Host) -> None:
+    """sglang-router 0.3.2 answers /health before it has registered its workers (measured): the
+    gate polls the unit's ready URL, and its deadline names that URL."""
+    (r,) = units(ROUTER)
+    assert r.unit.health is not None
+    ready = "http://h3:30000/readiness"
+    d = replace(r, unit=replace(r.unit, health=replace(r.unit.health, ready_url=ready)))
+    host.set(f"docker.{ROUTER}", "running|0|0")
+    host.set("ready_after", "2")
+    assert errors(run_gate([d], local("h3"))) == {"router": None}
+    assert host.probe_argv()[-1] == ready
+    (host.state / "ready_after").unlink()
+    error = errors(run_gate([d], local("h3"), timeout=0.5))["router"]
+    assert error is not None and error.startswith(
+        f"h3: sh /etc/fleet/demo/{ROUTER}/run.sh: {ROUTER} not healthy at {ready} after "), error
+
+
 def test_systemd_units_are_watched_through_systemctl(host: Host) -> None:
     r0, r1 = (systemd(d) for d in units(R0, R1))
     block = "Id={}.service\nLoadState=loaded\nActiveState={}\nSubState={}\nExecMainStatus=0\nNRestarts={}"

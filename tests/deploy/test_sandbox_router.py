@@ -6,7 +6,6 @@ rank 0 by its data IP, answers a request served by rank 0, and ``down`` removes 
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 from typing import Any, Iterator
 
@@ -38,17 +37,13 @@ def sb(sandbox_fleet: Sandbox) -> Iterator[Sandbox]:
 
 
 def listed_workers(router: str) -> list[dict[str, Any]]:
-    """The router's ``/workers`` once it lists any (up to 60 s).  sglang-router 0.3.2 answers
-    ``/health`` before it has registered the workers its command line names (``/readiness`` says
-    503 "insufficient healthy workers" meanwhile), and fleet's gate reads ``/health``: at a load of
-    85 (session 14's ci2) the list was still empty when ``up`` returned."""
-    deadline = time.monotonic() + 60
-    while True:
-        with urllib.request.urlopen(f"{router}/workers", timeout=10) as r:
-            workers: list[dict[str, Any]] = json.loads(r.read())["workers"]
-        if workers or time.monotonic() > deadline:
-            return workers
-        time.sleep(0.5)
+    """The router's ``/workers``, read once.  sglang-router 0.3.2 answers ``/health`` before it has
+    registered the workers its command line names (at a load of 85, session 14's ci2, the list was
+    still empty when ``up`` returned while the gate read ``/health``); fleet's gate now waits on
+    its ``/readiness``, so ``up`` returns with the worker listed."""
+    with urllib.request.urlopen(f"{router}/workers", timeout=10) as r:
+        workers: list[dict[str, Any]] = json.loads(r.read())["workers"]
+    return workers
 
 
 def test_pp2_behind_a_regular_router(sb: Sandbox) -> None:

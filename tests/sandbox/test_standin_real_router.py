@@ -14,7 +14,7 @@ Asserted through each router: completions and chats, streamed and not, answered 
 under the router's request id; the decode's KV-transfer counters as fleet's canary reads them
 (:func:`launcher.observe.load.transfers`); a decode pointed at a closed NIXL side channel (the
 prefill's answer relayed with another port) failing the request as vLLM fails it, passed through
--- what the canary quotes -- and vLLM's error line; a worker gone; ``/health`` and the worker API
+-- what the canary quotes -- and vLLM's error line; a worker gone; ``/health``, ``/readiness`` and the worker API
 fleet's watch calls (:class:`launcher.rolling.router_api.RouterClient`); a body that is not JSON.
 """
 
@@ -343,6 +343,9 @@ def test_a_prefill_answering_an_error(kind: str, tmp_path: Path, running: list[P
 def test_health_workers_and_what_the_router_refuses(kind: str, tmp_path: Path, running: list[Pd]) -> None:
     pd = start_pd(kind, tmp_path, running)
     assert _get(pd.front + "/health") == (200, b"All servers healthy")
+    # what fleet's start gate waits on (launcher.engines.router.Program.ready_path)
+    assert _get(pd.front + "/readiness") == (200, b'{"status":"ready","prefill":{"healthy":1,"total":1},'
+                                                  b'"decode":{"healthy":1,"total":1}}')  # fmt: skip
     client = RouterClient(pd.front)
     listed = {(w.id, w.url, w.worker_type, w.healthy, w.load) for w in client.workers()}
     assert listed == {(pd.prefill, pd.prefill, "prefill", True, 0), (pd.decode, pd.decode, "decode", True, 0)}

@@ -210,6 +210,7 @@ def test_no_health_path_written_in_the_planner() -> None:
     """The health paths are the engines', the router programs', the gateway's and the Mooncake
     master's (launcher/engines/); the planner asks them."""
     paths = frozenset({e.health_path for e in engines.engines()} | {p.health_path for p in router.programs()}
+                      | {p.ready_path for p in router.programs() if p.ready_path is not None}
                       | {router.GATEWAY_HEALTH_PATH, mooncake.MASTER_HEALTH_PATH})  # fmt: skip
     assert mentioned(tuple(sorted(paths)), _others("plan.py")) == []
 
@@ -217,4 +218,5 @@ def test_no_health_path_written_in_the_planner() -> None:
 def test_health_paths_are_one_segment() -> None:
     """Readers take a unit's base URL as its health URL without the last segment."""
     paths = [e.health_path for e in engines.engines()] + [p.health_path for p in router.programs()]
+    paths += [p.ready_path for p in router.programs() if p.ready_path is not None]
     assert all(re.fullmatch(r"/[^/]+", p) for p in [*paths, router.GATEWAY_HEALTH_PATH, mooncake.MASTER_HEALTH_PATH])

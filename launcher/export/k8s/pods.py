@@ -65,15 +65,18 @@ def _probe(path: str, port: int, period: int, failures: int, timeout: int) -> di
 
 def probes(u: Unit, engine: bool) -> dict[str, Any]:
     """Startup probe with the unit's health deadline (the recipe's measured cold start), then
-    readiness and liveness on the same endpoint."""
+    liveness on the same endpoint and readiness on the unit's ready endpoint where it has one (a
+    router is ready once a worker is: the Service sends it nothing before; it is not restarted
+    while its workers start, which can take longer than its own deadline)."""
     if u.health is None:
         return {}
     url = urlsplit(u.health.url)
-    assert url.port is not None, u.health.url
+    ready = urlsplit(u.health.gate_url)
+    assert url.port is not None and ready.port is not None, u.health
     timeout = 30 if engine else 5  # SGLang's /health runs a one-token generation (its own 20 s bound)
     return {
         "startupProbe": _probe(url.path, url.port, PROBE_PERIOD_S, max(1, math.ceil(u.health.timeout_s / PROBE_PERIOD_S)), timeout),
-        "readinessProbe": _probe(url.path, url.port, PROBE_PERIOD_S, 3, timeout),
+        "readinessProbe": _probe(ready.path, ready.port, PROBE_PERIOD_S, 3, timeout),
         "livenessProbe": _probe(url.path, url.port, 30, 5, timeout),
     }
 

@@ -23,7 +23,10 @@ stand-in engines' side is held to the real engines by tests/real_engine/contract
 - A worker that fails otherwise: 500, text ``Transparent proxy request failed: Network error:
   ...`` naming the worker and what failed (a prefill's HTTP error with its status and body; a
   refused connection in reqwest's words).
-- ``GET /health``: 200 ``All servers healthy``.  ``GET /workers``: the workers in the shape the
+- ``GET /health``: 200 ``All servers healthy``.  ``GET /readiness`` (fleet's start gate): 200
+  ``{"status":"ready","prefill":{"healthy":N,"total":N},"decode":{...}}`` (every worker counted
+  healthy: the router listens only once they are, and the stand-in does not re-check them).
+  ``GET /workers``: the workers in the shape the
   real one lists them (``load`` 0: per-worker load not played).  ``POST /workers``: 400, the
   real router's JSON refusal (PD mode takes no worker over its API; launcher/watch/homes.py).
 - Prefills and decodes are taken round-robin (the real default is cache-aware; with one prefill
@@ -130,6 +133,10 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path == "/health":
             self._reply(200, "text/plain; charset=utf-8", b"All servers healthy")
+        elif self.path == "/readiness":
+            count = {k: sum(1 for _, t in self.workers if t == k) for k in ("prefill", "decode")}
+            doc = {"status": "ready", **{k: {"healthy": n, "total": n} for k, n in count.items()}}
+            self._reply(200, "application/json", _compact(doc))
         elif self.path == "/workers":
             listed = [{"url": url, "model_id": "unknown", "worker_type": kind, "is_healthy": True, "load": 0,
                        "connection_mode": "Http", "priority": 50, "cost": 1.0,
