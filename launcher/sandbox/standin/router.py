@@ -135,8 +135,8 @@ class Handler(BaseHTTPRequestHandler):
             self._reply(200, "text/plain; charset=utf-8", b"All servers healthy")
         elif self.path == "/readiness":
             count = {k: sum(1 for _, t in self.workers if t == k) for k in ("prefill", "decode")}
-            doc = {"status": "ready", **{k: {"healthy": n, "total": n} for k, n in count.items()}}
-            self._reply(200, "application/json", _compact(doc))
+            ready: dict[str, object] = {"status": "ready", **{k: {"healthy": n, "total": n} for k, n in count.items()}}
+            self._reply(200, "application/json", _compact(ready))
         elif self.path == "/workers":
             listed = [{"url": url, "model_id": "unknown", "worker_type": kind, "is_healthy": True, "load": 0,
                        "connection_mode": "Http", "priority": 50, "cost": 1.0,
