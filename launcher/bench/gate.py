@@ -183,8 +183,8 @@ class Gate:
         """None when the new generation's groups at ``urls`` pass; else the reason.  A failed
         measurement is taken again at once and the batch fails only when the second fails too
         (the reason then gives both): a short bench is a few requests, and one of them stalled
-        by a load spike moves a p99 past any threshold (measured in the sandbox test: a
-        generation as fast as the baseline read TPOT p99 +161%; the next measurement passed)."""
+        by a load spike moves a p99 past any threshold (a CI run of the sandbox test at load
+        ~80: a generation as fast as its baseline read TPOT p99 +161% against 1.5% of noise)."""
         base = self.baseline
         if base is None:
             raise FleetError("bench gate: no baseline measured")
