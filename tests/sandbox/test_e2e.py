@@ -18,6 +18,7 @@ import pytest
 
 from launcher.sandbox import router, state
 from launcher.sandbox.client import Sandbox
+from tests.sandbox_slots import assert_slot_released
 
 pytestmark = pytest.mark.sandbox
 
@@ -193,9 +194,7 @@ def test_teardown_leaves_nothing(e2e: Any) -> None:
     assert all(not (h.sshd and h.sshd.alive()) and not (h.dockerd and h.dockerd.alive()) for h in st.hosts)
     with open("/proc/self/mountinfo") as f:
         assert st.dir not in f.read()
-    routes = subprocess.run(("ip", "route", "show", "table", "all"), capture_output=True, text=True).stdout
-    assert f"metric {st.route_metric}" not in routes
-    assert not os.path.exists(f"/sys/class/net/{st.root_ifname}")
+    assert_slot_released(st)
     assert not os.path.exists(st.dir) and state.load("e2e") is None
     assert not any(Path("/sys/fs/cgroup/memory/fleet-sandbox").glob("e2e-*"))
 

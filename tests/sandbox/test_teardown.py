@@ -22,6 +22,7 @@ import pytest
 
 from launcher.sandbox import dockerd, faults, fleet, image, netns, procs, state
 from launcher.sandbox.client import Sandbox
+from tests.sandbox_slots import assert_slot_released, guard_metrics
 
 pytestmark = pytest.mark.sandbox
 
@@ -197,20 +198,10 @@ def test_a_stale_state_naming_a_reused_slot_leaves_that_slots_new_owner_connecte
         assert fleet.down(stale)
         assert state.load(stale) is None
         assert os.path.exists(f"/sys/class/net/{st.root_ifname}")
-        assert st.route_metric in _guard_metrics()
+        assert st.route_metric in guard_metrics()
         assert sb.ssh("h1", "true").rc == 0
     finally:
         sb.close()
         fleet.down(stale)
         fleet.down(name)
-    # Under the slot lock, so that a sandbox of a session running beside this one cannot be
-    # mid-claim of the slot just released (CI's ci2 of session 14 saw its guard route in between).
-    with fleet._slot_lock():
-        if not any(o is not None and o.slot == st.slot for o in map(state.load, state.names())):
-            assert not os.path.exists(f"/sys/class/net/{st.root_ifname}")
-            assert st.route_metric not in _guard_metrics()
-
-
-def _guard_metrics() -> list[int]:
-    shown = netns.ip("route", "show", "type", "unreachable", "exact", netns.GUARD).stdout.split()
-    return [int(shown[i + 1]) for i, word in enumerate(shown) if word == "metric"]
+    assert_slot_released(st)
