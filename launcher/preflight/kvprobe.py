@@ -48,6 +48,7 @@ READ_TIMEOUT_S = 120.0  # each step of the reading side (connect, the reads)
 SERVE_LIFE_S = READY_TIMEOUT_S + 2 * READ_TIMEOUT_S + 60  # exits by itself if never cleaned up
 ENV_PREFIXES = ("UCX_", "NIXL_", "MC_", "MOONCAKE_")  # what the transfer libraries read
 MARK = "fleet-kv-probe "
+KILLED = "fleet-kv-probe-killed oom="  # read_script's line about a container that died of a signal
 NAME = "kv-transport"
 _SCRIPT = hostscripts.text("kv-probe.py")
 _LIBRARY = {"nixl": "NIXL", "mooncake": "Mooncake's transfer engine"}
@@ -82,6 +83,7 @@ class Outcome:
     error: str = ""
     missing: bool = False  # the image has no such library
     no_image: bool = False  # the image is not on the host yet
+    killed: bool = False  # the probe died of a signal before it said anything
 
 
 def pairs(plan: Plan, inventory: Inventory, recipe: Recipe) -> tuple[Pair, ...]:
@@ -110,11 +112,13 @@ def _container(unit: Unit, role: str) -> str:
 
 
 def _docker_run(unit: Unit, role: str, args: Sequence[str], *, detach: bool) -> tuple[str, ...]:
+    """The probe container's ``docker run`` (never ``--rm``: a reading side that died is
+    inspected before its script removes it)."""
     c = unit.container
     assert c is not None
     env = [x for k, v in sorted(unit.env.items()) if k.startswith(ENV_PREFIXES) for x in ("-e", f"{k}={v}")]
     flags = rdma_probe_flags(unit)[:-1]  # the rendered devices/caps/ulimits and the playbook's docker args
-    return ("docker", "run", *(("-d",) if detach else ("--rm",)), "--name", _container(unit, role), "--network", "host",
+    return ("docker", "run", *(("-d",) if detach else ()), "--name", _container(unit, role), "--network", "host",
             *env, *flags, "--entrypoint", "python3", c.image, "-c", _SCRIPT, role, *args)  # fmt: skip
 
 
@@ -137,10 +141,14 @@ def serve_script(pair: Pair, clients: int) -> str:
 
 
 def read_script(pair: Pair, port: int) -> str:
-    """On the decode host: read across from the serving container on ``port``."""
+    """On the decode host: read across from the serving container on ``port``; a container that
+    died of a signal (exit status above 128) is inspected first -- whether the kernel's OOM
+    killer ended it -- then removed, and the script exits with the container's status."""
+    name = shlex.quote(_container(pair.decode, "read"))
     run = shlex.join(_docker_run(pair.decode, "read", (pair.backend, pair.ip, str(port), pair.src,
                                                        f"{READ_TIMEOUT_S:g}"), detach=False))  # fmt: skip
-    return _image_guard(pair.decode) + run
+    return (_image_guard(pair.decode) + f"{run}; rc=$?; if [ $rc -gt 128 ]; then docker inspect -f "
+            f"'{KILLED}{{{{.State.OOMKilled}}}}' {name} 2>/dev/null; fi; docker rm -f {name} >/dev/null 2>&1; exit $rc")
 
 
 def cleanup_script(units: Sequence[Unit]) -> str:
@@ -164,6 +172,9 @@ def parse(rc: int, text: str) -> Outcome:
         lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
         if rc == 3 and "fleet: image not present" in lines:
             return Outcome(no_image=True, error="the image is not on the host yet")
+        if rc > 128:
+            oom = " (OOM-killed: the host is out of memory)" if f"{KILLED}true" in lines else ""
+            return Outcome(killed=True, error=f"the probe container was killed by signal {rc - 128}{oom}")
         shown = (lines[-1] if lines else f"exited {rc}").removeprefix("docker: ").removeprefix("Error response from daemon: ")
         return Outcome(error=f"the probe container failed: {shown}")
     doc = docs[-1]
@@ -224,7 +235,7 @@ def probe(plan: Plan, inventory: Inventory, recipe: Recipe, connector: Connector
     clients: dict[str, int] = {}
     for pr in todo:
         servers.setdefault(pr.prefill.host, pr)
-        clients[pr.prefill.host] = clients.get(pr.prefill.host, 0) + 1
+        clients[pr.prefill.host] = clients.get(pr.prefill.host, 0) + 2  # each read may be taken twice (killed)
     note(f"preflight: KV transport ({', '.join(sorted({_LIBRARY[p.backend] for p in todo}))}) between "
          f"{len(todo)} prefill/decode host pair(s)")  # fmt: skip
     found: dict[tuple[str, str], Check] = {}
@@ -252,8 +263,15 @@ def probe(plan: Plan, inventory: Inventory, recipe: Recipe, connector: Connector
         def read(host: Host, t: Transport) -> list[Outcome]:
             got = []
             for pr in jobs[host.name]:  # one at a time: each reads the whole buffer
-                res = t.run(("sh", "-c", read_script(pr, ready[pr.prefill.host])), timeout=3 * READ_TIMEOUT_S + 60)
-                got.append(parse(res.exit_status, res.stdout_text + res.stderr_text))
+                for attempt in (1, 2):
+                    res = t.run(("sh", "-c", read_script(pr, ready[pr.prefill.host])), timeout=3 * READ_TIMEOUT_S + 60)
+                    out = parse(res.exit_status, res.stdout_text + res.stderr_text)
+                    # A probe killed from outside says nothing of the KV path: probe once more
+                    # (twice killed: the error names the signal, and OOM if that was it).
+                    if not out.killed or attempt == 2:
+                        break
+                    note(f"preflight: {host.name}: {out.error} before it read from {pr.prefill.host}; probing again")
+                got.append(out)
             return got
 
         if jobs:

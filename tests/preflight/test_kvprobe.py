@@ -6,6 +6,7 @@ tests/real_engine/test_real_pd.py's."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -17,7 +18,9 @@ from typing import Any, Callable
 import pytest
 
 from launcher import hostscripts
-from launcher.model import Inventory, RoleImages
+from launcher.execute.fake import FakeConnector, FakeTransport, Reply
+from launcher.execute.transport import Result
+from launcher.model import Host, Inventory, RoleImages
 from launcher.plan import plan
 from launcher.preflight import kvprobe
 from launcher.preflight.kvprobe import Outcome
@@ -291,3 +294,89 @@ def test_missing_library() -> None:
     assert proc.stdout is not None
     got = kvprobe.parse(proc.returncode, proc.stdout.read())
     assert proc.returncode == 1 and got.missing and re.search(r"No module named 'mooncake'", got.error), got
+
+
+def test_a_probe_killed_by_a_signal_is_named_as_such() -> None:
+    """Session 15's ci6: the reading container exited 137 with nothing said, shown as "exited 137"."""
+    assert kvprobe.parse(137, "") == Outcome(killed=True, error="the probe container was killed by signal 9")
+    assert kvprobe.parse(137, f"{kvprobe.KILLED}true\n") == Outcome(
+        killed=True, error="the probe container was killed by signal 9 (OOM-killed: the host is out of memory)")
+    assert not kvprobe.parse(1, "").killed
+
+
+DOCKER = """#!/bin/sh
+for a; do last=$a; done
+echo "$1 $2 $last" >> "$LOG"
+case "$1 $2" in
+"run "*) exit 137 ;;
+"inspect -f") printf '%s\\n' "$3" | sed 's/{{.State.OOMKilled}}/true/' ;;
+esac
+exit 0
+"""
+
+
+def test_a_killed_read_is_inspected_then_removed_and_keeps_its_status(tmp_path: Path) -> None:
+    """The decode host's script, run by sh against a stand-in docker whose container dies of
+    SIGKILL: it asks whether the OOM killer did it, removes the container, exits 137."""
+    (tmp_path / "docker").write_text(DOCKER)
+    (tmp_path / "docker").chmod(0o755)
+    pair = nixl_pairs(fleet())[0]
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "LOG": str(tmp_path / "log")}
+    done = subprocess.run(("sh", "-c", kvprobe.read_script(pair, 5600)), capture_output=True, text=True, env=env)
+    name = f"fleet-preflight-kv-read-{pair.decode.name}"
+    calls = [c.split(" ") for c in (tmp_path / "log").read_text().splitlines()]
+    assert calls == [["rm", "-f", f"fleet-preflight-kv-read-{pair.decode.name}"], ["image", "inspect", pair.decode.container.image],  # type: ignore[union-attr]
+                     ["run", "--name", "120"], ["inspect", "-f", name], ["rm", "-f", name]]  # fmt: skip
+    assert done.returncode == 137
+    assert kvprobe.parse(done.returncode, done.stdout + done.stderr).error.endswith("(OOM-killed: the host is out of memory)")
+
+
+class _Decode(FakeTransport):
+    """The decode host: its first reading container is killed (exit 137), the second reads."""
+
+    def run(self, argv: Any, *, timeout: float, stdin: bytes | None = None, env: Any = None, check: bool = False) -> Result:
+        res = super().run(argv, timeout=timeout, stdin=stdin, env=env, check=check)
+        reads = [c for c in self.commands if "kv-read" in c and "docker run" in c]
+        if "docker run" not in res.command or "kv-read" not in res.command:
+            return res
+        if len(reads) == 1:
+            return dataclasses.replace(res, exit_status=137, stdout=b"")
+        done = {"transport": "tcp/veth0", "how": "software emulation", "seconds": 0.5, "bytes": 32 << 20}
+        return dataclasses.replace(res, exit_status=0, stdout=(kvprobe.MARK + json.dumps(done) + "\n").encode())
+
+
+class _Connector(FakeConnector):
+    """A new transport per connect (each phase of the probe connects again); all are kept."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.made: list[FakeTransport] = []
+
+    def connect(self, host: Host) -> FakeTransport:
+        t = _Decode(host.name) if host.name == "h3" else FakeTransport(
+            host.name, [Reply(match="kv-serve", stdout=(kvprobe.MARK + '{"listening": 5600}\n').encode())])
+        self.made.append(t)
+        return t
+
+    def commands(self, host: str) -> list[str]:
+        return [c for t in self.made if t.host == host for c in t.commands]
+
+
+def test_a_read_killed_from_outside_is_taken_once_more() -> None:
+    """A probe killed by a signal says nothing of the KV path: the read is run again (noted), and
+    its second answer is the verdict; each serving side takes one more client per read for it."""
+    inv = fleet()
+    recipe = f.pd(transfer="nixl", engine="vllm", engine_version="0.11.0", image="vllm/vllm-openai:v0.11.0",
+                  images=RoleImages(router="vllm/vllm-router:nightly"))  # fmt: skip
+    p = plan(inv, f.catalog(recipe), f.playbook({"prefill": "h1:h2", "decode": "h3", "router": "h4"}))
+    notes: list[str] = []
+    conn = _Connector()
+    checks = kvprobe.probe(p, inv, recipe, conn, 4, lambda h: True, notes.append)
+    assert [(c.host, c.status) for c in checks] == [("h3", "warn"), ("h3", "warn")], checks  # RDMA fabric, TCP read
+    assert [n for n in notes if "probing again" in n] == [
+        "preflight: h3: the probe container was killed by signal 9 before it read from h1; probing again"], notes
+    reads = [c for c in conn.commands("h3") if "kv-read" in c and "docker run" in c]
+    assert len(reads) == 3  # h1's twice, h2's once
+    serve = next(c for c in conn.commands("h1") if "kv-serve" in c and "docker run" in c)
+    m = re.search(r" serve nixl \S+ \d+ \d+ \d+ (\d+) >/dev/null", serve)
+    assert m is not None and m.group(1) == "2", serve  # CLIENTS: one read of h3, taken at most twice
