@@ -45,7 +45,9 @@ class Decode(FakeTransport):
             return Result(host=self.host, command=result.command, exit_status=0, stdout=body, stderr=b"")
         if "docker logs" in result.command:
             lines = self.log.splitlines(keepends=True)
-            body = b"".join(lines if self.sent else lines[:1])
+            # each canary after the first logs its last line again, a nanosecond later each time
+            again = [lines[-1].replace(b"1Z ", f"{1 + k}Z ".encode(), 1) for k in range(1, len(self.sent))] if lines else []
+            body = b"".join([*lines, *again] if self.sent else lines[:1])
             return Result(host=self.host, command=result.command, exit_status=0, stdout=body, stderr=b"")
         return result
 
@@ -110,9 +112,15 @@ def test_recomputed_not_transferred(tmp_path: Path) -> None:
            b"NIXL handshake with 198.18.0.26:5600 failed: Connection refused\n")  # fmt: skip
     t = target(tmp_path)
     c = crossing.cross(hosts(tmp_path, (2, 0.2, 1, 4096), b'{"id":"cmpl-1"}\n200', log), t.units, sleep=lambda s: None)
-    assert c.error == (
+    assert c.first == (
         "PD canary through the router on h6 (prefill h16 -> decode h17): no KV transfer: the decode's KV-transfer "
         "counter did not move (1 failed); h17: (EngineCore pid=9) ERROR 12-02 06:00:01 [nixl.py:9] NIXL handshake "
+        "with 198.18.0.26:5600 failed: Connection refused"
+    )
+    # a handshake failure: sent once more, and it failed again (no transfer, none failed this time)
+    assert c.error == (
+        "PD canary through the router on h6 (prefill h16 -> decode h17): no KV transfer: the decode's KV-transfer "
+        "counter did not move; h17: (EngineCore pid=9) ERROR 12-02 06:00:01 [nixl.py:9] NIXL handshake "
         "with 198.18.0.26:5600 failed: Connection refused"
     )
 
@@ -125,3 +133,58 @@ def test_router_error(tmp_path: Path) -> None:
         "PD canary through the router on h6 (prefill h16 -> decode h17): no KV transfer: the router answered 500: "
         "KV load failure for request cmpl-1"
     )
+
+
+class SlowHandshake(Decode):
+    """A decode whose first canary fails to set up the NIXL handshake (vLLM's fixed 5 s receive
+    timeout, a busy prefill host: session 15's CI) and whose second one pulls the KV."""
+
+    def run(self, argv: Sequence[Token] | Command, *, timeout: float, stdin: bytes | None = None,
+            env: Mapping[str, str] | None = None, check: bool = False) -> Result:  # fmt: skip
+        result = super().run(argv, timeout=timeout, stdin=stdin, env=env, check=check)
+        if "/metrics" in result.command and len(self.sent) < 2:
+            return Result(host=self.host, command=result.command, exit_status=0, stdout=self.before, stderr=b"")
+        return result
+
+
+HANDSHAKE_LOG = (b"2026-12-02T06:00:00.000000001Z (APIServer pid=1) INFO 12-02 06:00:00 [x.py:1] before\n"
+                 b"2026-12-02T06:00:01.000000001Z (Worker pid=33) ERROR 12-02 06:00:01 [base_worker.py:1318] NIXL "
+                 b"transfer failure: handshake_setup_failed | Context: {'failure_type': 'handshake_setup_failed'}\n")
+
+
+def test_a_canary_whose_handshake_failed_is_sent_once_more(tmp_path: Path) -> None:
+    t = target(tmp_path)
+    hs = hosts(tmp_path, (3, 0.3, 0, 8192), b'{"error":{"message":"Internal server error"}}\n500', HANDSHAKE_LOG)
+    decode = hs["h17"]
+    assert isinstance(decode, Decode)
+    hs["h17"] = SlowHandshake("h17", decode.before, decode.after, decode.log, decode.sent)
+    router = hs["h6"]
+    router.replies = (Reply(match="/v1/completions", stdout=b'{"id":"cmpl-2"}\n200'),)
+    first = Router("h6", [Reply(match="/v1/completions", stdout=b'{"error":{"message":"Internal server error"}}\n500')],
+                   decode.sent)  # fmt: skip
+
+    class Twice(FakeTransport):  # the router host: its first canary fails, its second is answered
+        def run(self, argv: Sequence[Token] | Command, *, timeout: float, stdin: bytes | None = None,
+                env: Mapping[str, str] | None = None, check: bool = False) -> Result:  # fmt: skip
+            return (first if not decode.sent else router).run(argv, timeout=timeout, stdin=stdin, env=env, check=check)
+
+    hs["h6"] = Twice("h6")
+    c = crossing.cross(hs, t.units, sleep=lambda s: None)
+    assert c.ok, c.error
+    assert c.first == (
+        "PD canary through the router on h6 (prefill h16 -> decode h17): no KV transfer: the router answered 500: "
+        "Internal server error; h17: (Worker pid=33) ERROR 12-02 06:00:01 [base_worker.py:1318] NIXL transfer failure: "
+        "handshake_setup_failed | Context: {'failure_type': 'handshake_setup_failed'}"
+    )
+    assert len(decode.sent) == 2
+    assert c.evidence().endswith(f"4096 bytes, 0 failed (sent twice; the first: {c.first})"), c.evidence()
+    assert c.as_json()["first"] == c.first
+
+
+def test_a_canary_that_fails_otherwise_is_not_sent_again(tmp_path: Path) -> None:
+    t = target(tmp_path)
+    hs = hosts(tmp_path, (2, 0.2, 1, 4096), b'{"error":{"message":"KV load failure for request cmpl-1"}}\n500')
+    c = crossing.cross(hs, t.units, sleep=lambda s: None)
+    decode = hs["h17"]
+    assert isinstance(decode, Decode)
+    assert not c.ok and c.first == "" and len(decode.sent) == 1
