@@ -20,7 +20,7 @@ import pytest
 from launcher import hostscripts
 from launcher.execute.fake import FakeConnector, FakeTransport, Reply
 from launcher.execute.transport import Result
-from launcher.model import Host, Inventory, RoleImages
+from launcher.model import Host, Inventory, Plan, Recipe, RoleImages
 from launcher.plan import plan
 from launcher.preflight import kvprobe
 from launcher.preflight.kvprobe import Outcome
@@ -33,11 +33,16 @@ def fleet(n: int = 6, **spec: object) -> Inventory:
     return f.inventory(*(f.host(f"h{i}", f"10.0.0.{i}", **spec) for i in range(1, n + 1)))
 
 
-def nixl_pairs(inv: Inventory) -> tuple[kvprobe.Pair, ...]:
+def nixl_plan(inv: Inventory) -> tuple[Plan, Recipe]:
+    """A vLLM NIXL PD plan: prefills on h1, h2, the decode on h3, the router on h4."""
     recipe = f.pd(transfer="nixl", engine="vllm", engine_version="0.11.0", image="vllm/vllm-openai:v0.11.0",
                   images=RoleImages(router="vllm/vllm-router:nightly"))  # fmt: skip
-    return kvprobe.pairs(plan(inv, f.catalog(recipe), f.playbook({"prefill": "h1:h2", "decode": "h3", "router": "h4"})),
-                         inv, recipe)  # fmt: skip
+    return plan(inv, f.catalog(recipe), f.playbook({"prefill": "h1:h2", "decode": "h3", "router": "h4"})), recipe
+
+
+def nixl_pairs(inv: Inventory) -> tuple[kvprobe.Pair, ...]:
+    p, recipe = nixl_plan(inv)
+    return kvprobe.pairs(p, inv, recipe)
 
 
 def test_nixl_pairs_read_from_each_prefill_side_channel() -> None:
@@ -366,9 +371,7 @@ def test_a_read_killed_from_outside_is_taken_once_more() -> None:
     """A probe killed by a signal says nothing of the KV path: the read is run again (noted), and
     its second answer is the verdict; each serving side takes one more client per read for it."""
     inv = fleet()
-    recipe = f.pd(transfer="nixl", engine="vllm", engine_version="0.11.0", image="vllm/vllm-openai:v0.11.0",
-                  images=RoleImages(router="vllm/vllm-router:nightly"))  # fmt: skip
-    p = plan(inv, f.catalog(recipe), f.playbook({"prefill": "h1:h2", "decode": "h3", "router": "h4"}))
+    p, recipe = nixl_plan(inv)
     notes: list[str] = []
     conn = _Connector()
     checks = kvprobe.probe(p, inv, recipe, conn, 4, lambda h: True, notes.append)
