@@ -500,6 +500,11 @@ class HealthCheck:
     ready_url: str | None = None
 
     @property
+    def base(self) -> str:
+        """``http://<data ip>:<port>``: the server's root, where its other endpoints hang off."""
+        return self.url.rsplit("/", 1)[0]
+
+    @property
     def gate_url(self) -> str:
         """What the start gate polls: ``ready_url`` if set, else ``url``."""
         return self.ready_url or self.url

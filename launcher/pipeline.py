@@ -167,7 +167,7 @@ def deployment(inputs: Inputs, the_plan: Plan | None = None, *, runtime: Runtime
     p = planned(inputs) if the_plan is None else _warned(inputs, the_plan)
     rendered = render(p, runtime)
     endpoints = tuple(
-        Endpoint(host=u.host, unit=u.name, role=u.role, url=u.health.url.rsplit("/", 1)[0])
+        Endpoint(host=u.host, unit=u.name, role=u.role, url=u.health.base)
         for u in p.units
         if u.health is not None
     )

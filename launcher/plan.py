@@ -769,7 +769,7 @@ def _infra_unit(
 def _url(leader: Unit) -> str:
     """An instance's HTTP base URL: its rank 0's health URL (data IP, instance port) without the path."""
     assert leader.health is not None
-    return leader.health.url.rsplit("/", 1)[0]
+    return leader.health.base
 
 
 def _router_unit(sh: _Shared, host: Host, prefill: list[Unit], decode: list[Unit]) -> Unit:

@@ -2,8 +2,9 @@
 its endpoint answers, run the client once per concurrency level, and assemble the :class:`Run`.
 
 Contract: :func:`refuse_unhealthy` and :func:`engine_gpus` are pure; :func:`check_endpoint` sends
-one GET to the endpoint's health URL (no load); :func:`sweep` sends load only to ``url``, bounded
-per level by ``requests`` and ``duration_s``.  Errors are one-line :class:`FleetError`\\ s.
+at most two GETs to the endpoint's health URL (no load); :func:`sweep` sends load only to
+``url``, bounded per level by ``requests`` and ``duration_s``.  Errors are one-line
+:class:`FleetError`\\ s.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Callable, Mapping, Sequence
 from launcher.bench.client import LevelSpec, run_level
 from launcher.bench.results import KvTransfers, Level, Run, combine, level_from_aiperf
 from launcher.config.benchspec import ATTAINMENT_TARGET, Shape, Slo, level_seed
-from launcher.deploy.status import UnitStatus
+from launcher.deploy.status import REPROBE_AFTER_S, UnitStatus
 from launcher.errors import NotServingError
 from launcher.bench.client import WORDS_TOKENIZER
 from launcher.model import Playbook, Recipe, Unit
@@ -95,16 +96,23 @@ def engine_gpus(units: Sequence[Unit]) -> int:
     return sum(len(u.gpus) for u in units if u.role in ENGINE_ROLES)
 
 
-def check_endpoint(url: str) -> None:
-    """One GET of ``url``/health from this host: the endpoint the client will load answers."""
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=PROBE_TIMEOUT_S) as r:
-            r.read()
-    except urllib.error.HTTPError as err:
-        raise NotServingError(f"{url}/health answered HTTP {err.code}; nothing sent") from None
-    except OSError as err:
-        reason = getattr(err, "reason", err)
-        raise NotServingError(f"{url}: unreachable from this host ({reason}); nothing sent") from None
+def check_endpoint(url: str, sleep: Callable[[float], None] = time.sleep) -> None:
+    """A GET of ``url``/health from this host: the endpoint the client will load answers.  A
+    failed GET is tried once more, :data:`~launcher.deploy.status.REPROBE_AFTER_S` later (as
+    ``fleet status`` judges health: one slow answer on a busy machine is not a refusal); the
+    second failure is the error."""
+    for attempt in (1, 2):
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=PROBE_TIMEOUT_S) as r:
+                r.read()
+            return
+        except urllib.error.HTTPError as err:
+            why = f"{url}/health answered HTTP {err.code}; nothing sent"
+        except OSError as err:
+            why = f"{url}: unreachable from this host ({getattr(err, 'reason', err)}); nothing sent"
+        if attempt == 1:
+            sleep(REPROBE_AFTER_S)
+    raise NotServingError(why)
 
 
 OPEN_LOOP_S = 60.0  # an open-loop level's default requests: this many seconds of arrivals

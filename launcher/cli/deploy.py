@@ -105,7 +105,8 @@ def _print_report(report: Report, as_json: bool, summary: Recap | None = None) -
 @click.option("--timeout", "timeout_s", type=float, default=None, help="Health deadline in seconds (overrides recipes).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-@click.option("--break-lock", is_flag=True, help="Take the deploy lock even if another deploy holds it.")
+@click.option("--break-lock", is_flag=True,
+              help="Take the deploy lock (and the preflight gate's claim) even if another run holds it.")
 @click.option("--secret", "secrets", multiple=True, metavar="NAME[=@FILE|=env:VAR]", help="Secret source override.")
 @click.option("--skip-preflight", is_flag=True, help="Do not run the cheap preflight checks first.")
 @click.option("--router", "router_urls", multiple=True, metavar="URL",
@@ -238,8 +239,8 @@ def unlock_command(
     playbook: str, inventory_path: str, forks: int, trust_new_hosts: bool, known_hosts: tuple[str, ...],
     limit_pattern: str | None,
 ) -> None:  # fmt: skip
-    """Break PLAYBOOK's deploy lock on every host (only when the deploy holding it is dead).  Ends
-    with the run summary and is recorded in fleet history."""
+    """Break PLAYBOOK's deploy lock and preflight claim on every host (only when the run holding
+    it is dead).  Ends with the run summary and is recorded in fleet history."""
     started = history_started()
     target = load_target(playbook, inventory_path, limit_pattern, None, split_ok=True)
     hosts = [h.name for h in target.hosts]
@@ -251,26 +252,33 @@ def unlock_command(
         click.echo("\n".join(recap_lines(unlock_recap(target.deployment, {}, hosts, code))))
         remember(started, playbook, target.deployment, hosts, [(h, "lock", "unknown") for h in hosts], code)
         raise
-    for host, owner in sorted(owners.items()):
-        click.echo(f"{host}: {'removed lock of ' + owner if owner else 'not locked'}")
+    for host, had in sorted(owners.items()):
+        click.echo(f"{host}: {unlocked_text(had)}")
     click.echo("\n".join(recap_lines(unlock_recap(target.deployment, owners, hosts, int(ExitCode.OK)))))
     remember(started, playbook, target.deployment, hosts,
-             [(h, "lock", "removed" if owners.get(h) else "unchanged") for h in hosts], int(ExitCode.OK))  # fmt: skip
+             [(h, "lock", "removed" if owners[h].found else "unchanged") for h in hosts], int(ExitCode.OK))  # fmt: skip
+
+
+def unlocked_text(had: orchestrate.Unlocked) -> str:
+    """One host's line after ``fleet unlock``: what it removed there."""
+    removed = ([f"lock of {had.lock}"] if had.lock else []) + ([f"preflight claim of {had.claim}"] if had.claim else [])
+    return "removed " + "; ".join(removed) if removed else "not locked"
 
 
 UNLOCK_COLUMNS = ("removed", "unchanged", "unknown")
 
 
-def unlock_recap(deployment: str, owners: Mapping[str, str | None], hosts: Sequence[str], exit_code: int) -> Recap:
-    """``fleet unlock``'s run summary: per host, its lock removed or not there (``owners``: what
-    :func:`launcher.deploy.orchestrate.unlock` returned); a failed run (``owners`` empty) counts
-    every host unknown, since the hosts before the failure may have lost their locks."""
+def unlock_recap(deployment: str, owners: Mapping[str, orchestrate.Unlocked], hosts: Sequence[str],
+                 exit_code: int) -> Recap:  # fmt: skip
+    """``fleet unlock``'s run summary: per host, a lock or claim removed or none there (``owners``:
+    what :func:`launcher.deploy.orchestrate.unlock` returned); a failed run (``owners`` empty)
+    counts every host unknown, since the hosts before the failure may have lost their locks."""
     if exit_code != ExitCode.OK:
         rows = [(h, "unknown") for h in hosts]
         why = "a host refused or did not answer (error below); the others' locks may be gone: run it again"
     else:
-        rows = [(h, "removed" if owners.get(h) else "unchanged") for h in hosts]
-        why = f"no host holds a deploy lock of {deployment} any more"
+        rows = [(h, "removed" if owners[h].found else "unchanged") for h in hosts]
+        why = f"no host holds a deploy lock or preflight claim of {deployment} any more"
     return recap(f"{deployment}: unlock", rows, exit_code, what="locks", hosts=hosts, columns=UNLOCK_COLUMNS,
                  explained=why)  # fmt: skip
 

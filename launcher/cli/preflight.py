@@ -213,9 +213,12 @@ def gate(inputs: Inputs, connector: SshConnector, *, forks: int = DEFAULT_FORKS,
               help="Also hash the weights against fleet.sha256 beside them (slow: reads every byte).")
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines (the checks are still printed).")
+@click.option("--break-lock", is_flag=True,
+              help="Take the hosts from another preflight of this deployment (one that is gone).")
 @limit_option(whole_groups=True)
 def preflight_command(playbook: str, inventory_path: str, known_hosts: tuple[str, ...], trust_new_hosts: bool,
-                      forks: int, checksums: bool, as_json: bool, quiet: bool, limit_pattern: str | None) -> None:  # fmt: skip
+                      forks: int, checksums: bool, as_json: bool, quiet: bool, break_lock: bool,
+                      limit_pattern: str | None) -> None:  # fmt: skip
     """Check every host of PLAYBOOK before launching: GPUs vs the recipe, driver, docker and
     its NVIDIA runtime, HCAs ACTIVE, /dev/infiniband inside the image with the rendered flags,
     the RoCE v2 IPv4 GID index vs the planned NCCL_IB_GID_INDEX, MTU equal across ranks, the
@@ -239,11 +242,16 @@ def preflight_command(playbook: str, inventory_path: str, known_hosts: tuple[str
     picked and the bandwidth.  It fails with the library's own message (side channel
     unreachable, a UCX_NET_DEVICES the host lacks) and warns when a host's fabric is RDMA but
     the transport is TCP.
+
+    One preflight of a deployment runs at a time (theirs would bind the same ports): the probes
+    run under a claim on the hosts, /run/fleet/lock/<deployment>.preflight, and a second
+    preflight (or `fleet up`'s gate) is refused, naming the first.
     """
     with execute_log_to_stderr(), _connector(known_hosts, trust_new_hosts) as connector:
         report = run_preflight_paths(playbook, inventory_path, connector, forks=forks,
                                      level="full" if checksums else "cheap",
-                                     note=(lambda _: None) if as_json or quiet else _note, limit=limit_pattern)  # fmt: skip
+                                     note=(lambda _: None) if as_json or quiet else _note, limit=limit_pattern,
+                                     force=break_lock)  # fmt: skip
     print_preflight(report, as_json=as_json)
     sys.exit(int(report.exit_code))
 

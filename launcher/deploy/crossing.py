@@ -111,7 +111,7 @@ def applies(units: Sequence[Desired]) -> bool:
 
 def _base(d: Desired) -> str:
     assert d.unit.health is not None
-    return d.unit.health.url.rsplit("/", 1)[0]
+    return d.unit.health.base
 
 
 def _read(t: Transport, d: Desired) -> Transfers | None:

@@ -48,7 +48,7 @@ def endpoint(target: Target) -> Endpoint:
         raise FleetError(f"{target.deployment}: no unit serves HTTP")
     chosen = next((d for d in checked if d.unit.role == "router"), checked[0])
     assert chosen.unit.health is not None
-    base = chosen.unit.health.url.rsplit("/", 1)[0]
+    base = chosen.unit.health.base
     return Endpoint(host=chosen.host, unit=chosen.name, role=chosen.unit.role, url=base)
 
 
@@ -61,7 +61,7 @@ def leaders(target: Target) -> dict[str, tuple[str, tuple[str, ...]]]:
     for d in target.units:
         if d.unit.health is not None and d.unit.role != "router" and d.unit.rank == 0:
             group = tuple(x.host for x in sorted(target.units, key=lambda x: x.unit.rank) if x.unit.group == d.unit.group)
-            out[d.host] = (d.unit.health.url.rsplit("/", 1)[0], group)
+            out[d.host] = (d.unit.health.base, group)
     return out
 
 

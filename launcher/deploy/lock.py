@@ -88,6 +88,12 @@ def lock_dir(deployment: str) -> str:
     return f"{LOCK_ROOT}/{deployment}"
 
 
+def claim_name(deployment: str, kind: Literal["preflight", "watch"]) -> str:
+    """The lock name of a deployment's claim taken beside its deploy lock: one preflight at a
+    time (:mod:`launcher.preflight.claim`), one watch at a time (:mod:`launcher.watch.loop`)."""
+    return f"{deployment}.{kind}"
+
+
 def owner_line() -> str:
     """Who is deploying, from where; the random id makes the line unique to this run."""
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -144,6 +150,26 @@ def unsafe(result: Result) -> None:
 
 def acquire(shell: Transport, deployment: str, owner: str) -> None:
     acquired(shell.run(acquire_argv(deployment, owner), timeout=STEP_TIMEOUT_S), deployment)
+
+
+def take(shell: Transport, deployment: str, owner: str, *, force: bool = False,
+         timeout: float = STEP_TIMEOUT_S) -> None:
+    """The lock for ``owner``: broken first with ``force``; a lock whose holder is gone
+    (:func:`holder_state` ``dead``) is released as that holder and taken again; any other
+    holder raises :class:`LockedError`.  For locks taken alone (a watch's claim, preflight's);
+    a deploy session judges its acquire inside a batch (:mod:`launcher.deploy.session`)."""
+    def once() -> None:
+        acquired(shell.run(acquire_argv(deployment, owner), timeout=timeout), deployment)
+
+    if force:
+        break_lock(shell, deployment)
+    try:
+        once()
+    except LockedError as err:
+        if err.holder != "dead":
+            raise
+        release(shell, deployment, err.owner)
+        once()
 
 
 def release(shell: Transport, deployment: str, owner: str) -> None:

@@ -378,13 +378,31 @@ def _down_check(target: Target, connect: Connect, options: Options) -> Report:
     return Report(units=tuple(reports), errors=tuple(failed.values()))
 
 
-def unlock(target: Target, connect: Connect, forks: int = 8) -> dict[str, str | None]:
-    """Breaks the deploy lock on every host; returns the previous owner per host (None: none)."""
+@dataclass(frozen=True, slots=True)
+class Unlocked:
+    """What ``unlock`` removed on one host: the owner lines of the deploy lock and of the
+    preflight claim it found (None: not there)."""
+
+    lock: str | None = None
+    claim: str | None = None
+
+    @property
+    def found(self) -> bool:
+        return self.lock is not None or self.claim is not None
+
+
+def unlock(target: Target, connect: Connect, forks: int = 8) -> dict[str, Unlocked]:
+    """Breaks the deploy lock and the preflight claim on every host, whoever holds them (the
+    operator's word that the run holding them is gone); returns what each host had."""
+    def both(t: Transport) -> Unlocked:
+        return Unlocked(lock=lock.break_lock(t, target.deployment),
+                        claim=lock.break_lock(t, lock.claim_name(target.deployment, "preflight")))  # fmt: skip
+
     with Connections(target.hosts, connect, forks) as session:
         session.require_all()
-        results = session.run(sorted(session.transports), lambda h, t: lock.break_lock(t, target.deployment), "unlock")
+        results = session.run(sorted(session.transports), lambda h, t: both(t), "unlock")
         err = first_error(results)
         if err is not None:
             raise err
-        return {h: r if isinstance(r, str) else None for h, r in results.items()}
+        return {h: r for h, r in results.items() if isinstance(r, Unlocked)}
 

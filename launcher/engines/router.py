@@ -185,7 +185,13 @@ class Program:
     vllm-router 0.1.17 does not (``POST /workers`` and ``/add_worker`` answer 400 "PD router
     requires specific add_prefill_server or add_decode_server methods"; measured), so the watch
     never takes a worker out of it.  ``bootstrap_annotation``: the pod annotation its service
-    discovery reads a prefill's bootstrap port from.
+    discovery reads a prefill's bootstrap port from.  ``pd_inflight``: the gauges of its
+    ``/metrics`` whose sum is the requests it has in flight in PD mode, every stage of one
+    (empty: none known).  vllm-router 0.1.17, measured on real vLLM PD over NIXL with streams
+    and plain answers in flight: ``vllm_router_pd_unknown_prefill_requests`` (at a prefill),
+    ``vllm_router_pd_pending_decode_requests`` (prefilled, not yet sent to a decode: no engine
+    counts these) and ``vllm_router_pd_active_decode_requests`` (at a decode), per worker, all 0
+    before and after.  sglang-router 0.3.2's only in-flight gauge moves under some policies only.
     """
 
     name: str  # the program as messages name it; also its metrics kind (launcher/observe/names.py)
@@ -194,6 +200,7 @@ class Program:
     ready_path: str | None = "/readiness"
     pd_adds_workers: bool = True
     bootstrap_annotation: str = "sglang.ai/bootstrap-port"
+    pd_inflight: tuple[str, ...] = ()
 
     def runs(self, argv: Sequence[str]) -> bool:
         return tuple(argv[: len(self.entry)]) == self.entry
@@ -261,7 +268,10 @@ def discovery_selectors(argv: Sequence[str]) -> list[dict[str, str]]:
 
 
 SGLANG = Program(name="sglang-router", entry=SGLANG_ROUTER)
-VLLM = Program(name="vllm-router", entry=VLLM_ROUTER, pd_adds_workers=False)
+VLLM = Program(name="vllm-router", entry=VLLM_ROUTER, pd_adds_workers=False, pd_inflight=(
+    "vllm_router_pd_unknown_prefill_requests", "vllm_router_pd_pending_decode_requests",
+    "vllm_router_pd_active_decode_requests",
+))
 _PROGRAMS: Named[Program] = Named("router program", (SGLANG, VLLM))
 register = _PROGRAMS.register  # a plug-in engine's router program
 unregister = _PROGRAMS.unregister

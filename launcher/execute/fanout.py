@@ -20,8 +20,9 @@ every connection and raises :class:`FanoutInterrupted` with the hosts that had f
 from __future__ import annotations
 
 import concurrent.futures as cf
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Generic, Iterable, Mapping, Protocol, Sequence, TypeVar
+from typing import Callable, Generic, Iterator, Mapping, Protocol, Sequence, TypeVar
 
 from launcher.errors import FleetError, HostKeyError, UnreachableError
 from launcher.execute.transport import Transport
@@ -56,11 +57,16 @@ def each(keys: Sequence[K], fn: Callable[[K], T], forks: int, *,
     if not keys:
         return {}
     pool = cf.ThreadPoolExecutor(max_workers=max(1, min(forks, len(keys))), thread_name_prefix="fleet")
-    futures: dict[K, cf.Future[T]] = {k: pool.submit(fn, k) for k in keys}
+    futures: dict[K, cf.Future[T]] = {}
+    # Handing the keys out is inside the try: a Ctrl-C arriving then is an interrupt like any
+    # other (keys already started are closed down and reported), not a bare KeyboardInterrupt
+    # that leaves them running unseen (ci of 78feaae: a preflight's claims were left so).
     try:
+        _hand_out(pool, fn, keys, futures)
         cf.wait(futures.values())
+        pool.shutdown()
     except KeyboardInterrupt:
-        if cleanup and _outwaited(futures.values()):
+        if cleanup and _outwaited(pool, fn, keys, futures):
             pool.shutdown()
             every: dict[K, T | FleetError] = _results(futures)
             raise Interrupted(every) from None
@@ -71,14 +77,24 @@ def each(keys: Sequence[K], fn: Callable[[K], T], forks: int, *,
         cf.wait([f for f in futures.values() if not f.cancelled()], timeout=INTERRUPT_GRACE_S)
         done: dict[K, T | FleetError] = _results(finished)
         raise Interrupted(done) from None
-    pool.shutdown()
     return _results(futures)
 
 
-def _outwaited(futures: Iterable[cf.Future[T]]) -> bool:
-    """Every future waited for once more (a cleanup's first interrupt); False on a second one."""
+def _hand_out(pool: cf.ThreadPoolExecutor, fn: Callable[[K], T], keys: Sequence[K],
+              futures: dict[K, cf.Future[T]]) -> None:  # fmt: skip
+    """Every key not handed out yet submitted, in key order, into ``futures``."""
+    for k in keys:
+        if k not in futures:
+            futures[k] = pool.submit(fn, k)
+
+
+def _outwaited(pool: cf.ThreadPoolExecutor, fn: Callable[[K], T], keys: Sequence[K],
+               futures: dict[K, cf.Future[T]]) -> bool:  # fmt: skip
+    """Every key handed out (those the interrupt cut off too) and waited for once more (a
+    cleanup's first interrupt); False on a second one."""
     try:
-        cf.wait(futures)
+        _hand_out(pool, fn, keys, futures)
+        cf.wait(futures.values())
     except KeyboardInterrupt:
         return False
     return True
@@ -195,6 +211,26 @@ def precheck(connector: object, hosts: Sequence[Host]) -> None:
     check = getattr(owner, "check_routes", None)
     if callable(check):
         check(hosts)
+
+
+def reopen(connector: object) -> Connector | None:
+    """A new connector like ``connector``, for clean-up after a Ctrl-C closed its connections
+    (:func:`run_all` does): its ``reopened()`` (SSH's, or a wrapper's asking the connector it
+    wraps); None when it has none.  The caller closes it."""
+    fresh = getattr(connector, "reopened", None)
+    return fresh() if callable(fresh) else None
+
+
+@contextmanager
+def cleanup_connector(connector: Connector, interrupted: bool) -> Iterator[Connector]:
+    """What a clean-up fan-out runs on: ``connector``, or, after a Ctrl-C (``interrupted``), a
+    reopened one (:func:`reopen`; ``connector`` when it cannot be), closed after."""
+    fresh = reopen(connector) if interrupted else None
+    try:
+        yield fresh or connector
+    finally:
+        if fresh is not None:
+            fresh.close()
 
 
 def run_all(

@@ -22,7 +22,7 @@ import threading
 from typing import Sequence
 
 from launcher.errors import UnreachableError
-from launcher.execute.fanout import Connector, precheck
+from launcher.execute.fanout import Connector, precheck, reopen
 from launcher.execute.transport import Transport
 from launcher.model import Host
 
@@ -57,6 +57,10 @@ class TriedOnce:
     def check_routes(self, hosts: Sequence[Host]) -> None:
         """The wrapped connector's route check (see :func:`launcher.execute.fanout.precheck`)."""
         precheck(self._connector, hosts)
+
+    def reopened(self) -> Connector | None:
+        """The wrapped connector reopened (:func:`launcher.execute.fanout.reopen`)."""
+        return reopen(self._connector)
 
     def close(self) -> None:
         self._connector.close()

@@ -94,7 +94,8 @@ def up(request: UpRequest, connector: SshConnector, events: UpEvents,
     if request.preflight:
         # Planned with the facts the gate just gathered (gid_index: auto resolves there).
         checked = run_preflight(inputs.inventory, inputs.catalog, inputs.playbook, once, forks=options.forks,
-                                level="cheap", note=events.note, limit=request.limit)  # fmt: skip
+                                level="cheap", note=events.note, limit=request.limit,
+                                force=options.break_lock)  # fmt: skip
         events.preflight(checked)
         if checked.failed and not options.check:
             return UpResult(exit_code=int(checked.exit_code), preflight=checked)

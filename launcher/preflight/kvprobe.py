@@ -15,7 +15,8 @@ with the unit's rendered env (``UCX_*``, ``MOONCAKE_*``/``MC_*``), docker flags 
    ``TransferEngine`` in P2P-handshake mode, ``transfer_sync_read``), checks the bytes, and
    reports the transport the library picked (UCX: its own protocol table for remote reads,
    ``UCX_PROTO_INFO``) and the bandwidth of a second, timed read;
-3. the prefill containers are removed (also on errors).
+3. the probe containers are removed (also on errors, and after a Ctrl-C over new connections:
+   a serving one left running would hold the prefill's side-channel port).
 
 Verdicts, one per (prefill host, decode host) pair on the decode's unit: pass (transport and
 bandwidth); fail naming both hosts and the library's own message (side channel unreachable, the
@@ -35,7 +36,7 @@ from typing import Callable, Sequence
 
 from launcher import hostscripts, network
 from launcher.engines.context import BOOTSTRAP, NIXL_SIDE_CHANNEL
-from launcher.execute.fanout import Connector, Ok, run_all
+from launcher.execute.fanout import Connector, Ok, cleanup_connector, run_all
 from launcher.execute.transport import Transport
 from launcher.facts.gather import outcome_reason
 from launcher.model import Host, Inventory, Plan, Recipe, Unit
@@ -239,6 +240,7 @@ def probe(plan: Plan, inventory: Inventory, recipe: Recipe, connector: Connector
     note(f"preflight: KV transport ({', '.join(sorted({_LIBRARY[p.backend] for p in todo}))}) between "
          f"{len(todo)} prefill/decode host pair(s)")  # fmt: skip
     found: dict[tuple[str, str], Check] = {}
+    interrupted = False
     try:
         def serve(host: Host, t: Transport) -> Outcome:
             res = t.run(("sh", "-c", serve_script(servers[host.name], clients[host.name])), timeout=READY_TIMEOUT_S + 60)
@@ -280,13 +282,19 @@ def probe(plan: Plan, inventory: Inventory, recipe: Recipe, connector: Connector
                 got_all = r.value if isinstance(r, Ok) else [Outcome(error=outcome_reason(r))] * len(mine)
                 found.update({(pr.prefill.host, pr.decode.host): verdict(pr, got, inventory)
                               for pr, got in zip(mine, got_all)})  # fmt: skip
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
     finally:
         used: dict[str, list[Unit]] = {}
         for pr in todo:
             used.setdefault(pr.prefill.host, []).append(pr.prefill)
             used.setdefault(pr.decode.host, []).append(pr.decode)
-        run_all([hosts[h] for h in used], lambda h, t: t.run(("sh", "-c", cleanup_script(used[h.name])),
-                                                              timeout=READ_TIMEOUT_S), connector=connector,
-                forks=forks)  # fmt: skip
+        # A serving container left running would hold the prefill's side-channel port for
+        # SERVE_LIFE_S: after a Ctrl-C (it closed the connections) it is removed over new ones.
+        with cleanup_connector(connector, interrupted) as via:
+            run_all([hosts[h] for h in used], lambda h, t: t.run(("sh", "-c", cleanup_script(used[h.name])),
+                                                                  timeout=READ_TIMEOUT_S), connector=via,
+                    forks=forks)  # fmt: skip
     keys = [k for pr in todo for k in ((pr.prefill.host, ""), (pr.prefill.host, pr.decode.host))]
     return tuple(found[k] for k in dict.fromkeys(keys) if k in found)

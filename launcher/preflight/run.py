@@ -36,6 +36,8 @@ from launcher.facts import cache as facts_cache
 from launcher.facts.gather import FactsRound, failure, gather_facts, outcome_reason
 from launcher.facts.host import HostFacts
 from launcher.preflight import checks, kvprobe
+from launcher.deploy.lock import LOCK_ROOT
+from launcher.preflight.claim import claimed
 from launcher.preflight.rules.base import Check, Level, ProbeResults, Reach, ReachTarget
 from launcher.preflight.rules.images import ImagePrograms
 
@@ -206,6 +208,7 @@ def run_preflight(
     note: Note = _quiet,
     cache: bool = True,
     limit: str | None = None,
+    force: bool = False,
 ) -> PreflightReport:
     """Facts, plan, probes and checks for ``playbook``.  Never starts a unit.  ``connector``
     is an :class:`~launcher.execute.ssh.SshConnector` (or any fan-out connector); its
@@ -237,48 +240,58 @@ def run_preflight(
 
     unit_hosts = [h for h in inventory.hosts if any(u.host == h.name for u in the_plan.units)]
     probe_hosts = [h for h in unit_hosts if h.name in gathered.entries]
-    paths = checks.probe_paths(the_plan, inventory, recipe)
-    images: dict[str, list[Unit]] = {}
-    for u in checks.image_units(the_plan, inventory):
-        images.setdefault(u.host, []).append(u)
-    programs = checks.image_programs(the_plan)
-    note(f"preflight: probing {len(probe_hosts)} host(s)")
-    probed: FanoutResult[checks.HostProbe] = run_all(
-        probe_hosts,
-        lambda h, t: _probe_host(h, t, paths.get(h.name, ()), tuple(images.get(h.name, ())), level,
-                                 programs.get(h.name, ()), deployment),
-        connector=connector, forks=forks,
-    )
-    host_probes = probed.values()
-    errors = {o.host.name: outcome_reason(o) for o in probed.outcomes if not isinstance(o, Ok)}
-    listening = {h: p.listening for h, p in host_probes.items()}
-    targets = checks.reach_targets(the_plan, inventory)
-    reach: tuple[Reach, ...] = ()
-    listener_errors: dict[tuple[str, str], str] = {}
-    if targets:
-        note(f"preflight: reachability of {len(targets)} port(s)")
-        reach, listener_errors = _reachability(targets, inventory, connector, forks, facts, gathered.unreachable,
-                                                 listening, note)
-    probes = ProbeResults(
-        listening_ports=listening,
-        running_units={h: p.running for h, p in host_probes.items()},
-        paths={h: p.paths for h, p in host_probes.items()},
-        images={(h, unit): verdict for h, p in host_probes.items() for unit, verdict in p.images.items()},
-        programs={(h, image): verdict for h, p in host_probes.items() for image, verdict in p.programs.items()},
-        reach=reach,
-        listener_errors=listener_errors,
-        clock_offset_s={
-            h: (e.clock_offset_s, e.clock_uncertainty_s or 0.0)
-            for h, e in gathered.entries.items()
-            if e.clock_offset_s is not None and h in {x.name for x in unit_hosts}
-        },
-        errors=errors,
-    )
-    transport = kvprobe.probe(the_plan, inventory, recipe, connector, forks,
-                              lambda h: h in host_probes and facts.get(h) is not None, note)  # fmt: skip
+    # One preflight of a deployment at a time (claim.py says why); its claim spans every round
+    # that binds ports or names probe containers.
+    with claimed(probe_hosts, deployment, connector, forks, force=force) as unclaimed:
+        paths = checks.probe_paths(the_plan, inventory, recipe)
+        images: dict[str, list[Unit]] = {}
+        for u in checks.image_units(the_plan, inventory):
+            images.setdefault(u.host, []).append(u)
+        programs = checks.image_programs(the_plan)
+        note(f"preflight: probing {len(probe_hosts)} host(s)")
+        probed: FanoutResult[checks.HostProbe] = run_all(
+            probe_hosts,
+            lambda h, t: _probe_host(h, t, paths.get(h.name, ()), tuple(images.get(h.name, ())), level,
+                                     programs.get(h.name, ()), deployment),
+            connector=connector, forks=forks,
+        )
+        host_probes = probed.values()
+        errors = {o.host.name: outcome_reason(o) for o in probed.outcomes if not isinstance(o, Ok)}
+        listening = {h: p.listening for h, p in host_probes.items()}
+        targets = checks.reach_targets(the_plan, inventory)
+        reach: tuple[Reach, ...] = ()
+        listener_errors: dict[tuple[str, str], str] = {}
+        if targets:
+            note(f"preflight: reachability of {len(targets)} port(s)")
+            reach, listener_errors = _reachability(targets, inventory, connector, forks, facts, gathered.unreachable,
+                                                     listening, note)
+        probes = ProbeResults(
+            listening_ports=listening,
+            running_units={h: p.running for h, p in host_probes.items()},
+            paths={h: p.paths for h, p in host_probes.items()},
+            images={(h, unit): verdict for h, p in host_probes.items() for unit, verdict in p.images.items()},
+            programs={(h, image): verdict for h, p in host_probes.items() for image, verdict in p.programs.items()},
+            reach=reach,
+            listener_errors=listener_errors,
+            clock_offset_s={
+                h: (e.clock_offset_s, e.clock_uncertainty_s or 0.0)
+                for h, e in gathered.entries.items()
+                if e.clock_offset_s is not None and h in {x.name for x in unit_hosts}
+            },
+            errors=errors,
+        )
+        transport = kvprobe.probe(the_plan, inventory, recipe, connector, forks,
+                                  lambda h: h in host_probes and facts.get(h) is not None, note)  # fmt: skip
     found = checks.with_paths((*checks.evaluate(the_plan, inventory, recipe, facts, probes, gathered.unreachable),
-                               *transport), playbook.path, inventory.path)  # fmt: skip
+                               *transport, *map(_lock_check, unclaimed.items())), playbook.path, inventory.path)  # fmt: skip
     return PreflightReport(deployment=deployment, recipe=recipe.id, plan=whole, facts=facts, checks=found)
+
+
+def _lock_check(unclaimed: tuple[str, str]) -> Check:
+    """A host where preflight's claim could not be made: the deploy lock cannot be either."""
+    host, why = unclaimed
+    return Check(host=host, unit="", name="deploy-lock", status="fail", message=why,
+                 fix=f"fleet up, down and restart take their lock in {LOCK_ROOT} on every host")
 
 
 def run_preflight_paths(playbook_path: str | Path, inventory_path: str | Path, connector: Connector,

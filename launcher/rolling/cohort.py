@@ -54,8 +54,9 @@ from launcher.rolling import restore
 from launcher.rolling.batches import plan_roll
 from launcher.rolling.roll import Action, GroupOutcome, GroupReport, RollOptions, RollReport
 from launcher.hosthttp import HostHttp
-from launcher.rolling.router_api import RouterClient, RouterError, drain, inflight
+from launcher.rolling.router_api import RouterClient, RouterError, drain, unit_inflight
 
+DRAIN_ORDER = {"router": 0, "prefill": 1, "decode": 2}
 RETIRE_ORDER = {"decode": 0, "prefill": 1, "single": 1, "rank": 1, "gateway": 2, "router": 3, "mooncake-master": 4}
 
 
@@ -96,7 +97,7 @@ def router_url(target: Target) -> str:
     r = next((d for d in target.units if d.unit.role == "router" and d.unit.health is not None), None)
     if r is None or r.unit.health is None:
         raise UsageError(f"deployment {target.deployment} has no router unit")
-    return r.unit.health.url.rsplit("/", 1)[0]
+    return r.unit.health.base
 
 
 def switch(
@@ -362,18 +363,27 @@ def _retire(target: Target, connect: Connect, options: RollOptions, progress: Pr
             elif isinstance(s, Survey):
                 manifests += list(s.manifests.values())
         # Only what is still deployed drains (a resumed switch may find some of it retired).
+        # Read as a request moves: the cohort's router first (it holds a request from arrival to
+        # the last token, and between a prefill and its decode, where no engine counts it), then
+        # prefills, then decodes; drained by one round of zeros, since a decode read idle may get
+        # a request from its prefill a moment later (the likely cause of a 0-token stream cut in
+        # a cohort roll in the official CI of 78feaae).
         left = {(m.host, m.unit) for m in manifests}
         probes: dict[str, Callable[[], int | None]] = {}
-        for d in target.units:
-            if d.unit.health is not None and d.unit.role in ("prefill", "decode") and (d.host, d.name) in left:
-                url = d.unit.health.url.rsplit("/", 1)[0]
-                http = HostHttp(session.transports[d.host])
-                probes[d.name] = lambda http=http, url=url: inflight(http, url)  # type: ignore[misc]
-        drained = drain(probes, options.drain_timeout_s) if probes else {}
-        if any(v.how == "no-counter" for v in drained.values()):
+        stages = [d for d in target.units if d.unit.role in DRAIN_ORDER and (d.host, d.name) in left]
+        for d in sorted(stages, key=lambda d: DRAIN_ORDER[d.unit.role]):
+            probe = unit_inflight(HostHttp(session.transports[d.host]), d.unit)
+            if probe is not None:  # a router with no in-flight gauges: its engines' counters only
+                probes[d.name] = probe
+        drained = drain(probes, options.drain_timeout_s, together=True) if probes else {}
+        if drained:
+            notes.append("old cohort drained together (router, prefills, decodes): "
+                         + ", ".join(f"{k} {v.text()}" for k, v in drained.items()))  # fmt: skip
+        blind = [k for k, v in drained.items() if v.how == "no-counter"]
+        if blind:
             notes.append(
-                "the old cohort's engines have no in-flight counter (/get_load, /metrics): requests in flight "
-                "finished in their SIGTERM drain, decodes stopped first"
+                f"no in-flight counter answered on {', '.join(blind)} (/get_load, /metrics): requests in flight "
+                "there finished in their engines' SIGTERM drain, decodes stopped first"
             )
         late = {k: v.left for k, v in drained.items() if v.how == "timeout"}
         if late:

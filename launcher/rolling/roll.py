@@ -332,7 +332,7 @@ class _Rollout:
         leader = g.leader
         if leader is None or leader.health is None:
             return None
-        return leader.health.url.rsplit("/", 1)[0]
+        return leader.health.base
 
     def _own(self, r: RouterClient) -> bool:
         """``r`` is the deployment's own router unit (whose workers are all its groups)."""
@@ -706,13 +706,7 @@ def _next(surveys: Mapping[str, Survey], units: Sequence[Desired]) -> int | None
 
 
 def _drain_text(d: Drained | None) -> str:
-    if d is None:
-        return "-"
-    if d.how == "timeout":
-        return f"timeout ({d.left} left)"
-    if d.how == "drained":  # in flight when the drain began -> 0, read from the engine's own counter
-        return f"drained {d.first}->0 {d.waited_s:.1f}s"
-    return f"{d.how} {d.waited_s:.1f}s"
+    return "-" if d is None else d.text()
 
 
 def up_rolling(

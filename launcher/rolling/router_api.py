@@ -25,12 +25,14 @@ import json
 import time
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 from launcher.errors import FleetError
 from launcher.hosthttp import DirectHttp, Http
 from launcher.observe.load import samples
-from launcher.engines import registry
+from launcher.engines import registry, router
+from launcher.model import Unit
+from launcher.observe.targets import endpoints
 
 WorkerType = Literal["regular", "prefill", "decode"]
 POLL_S = 0.2
@@ -38,7 +40,12 @@ GET_TRIES = 3
 
 
 class RouterError(FleetError):
-    """A router refused or failed a worker-management call."""
+    """A router refused or failed a worker-management call; ``answered``: False when no
+    answer came in time (the call may still have been queued)."""
+
+    def __init__(self, message: str, *, answered: bool = True) -> None:
+        super().__init__(message)
+        self.answered = answered
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,7 +75,8 @@ class RouterClient:
     def _call(self, method: str, path: str, body: object | None = None, ok: tuple[int, ...] = (200,)) -> Any:
         # A GET that timed out is asked again: a router busy proxying (seen at load ~70) answers
         # a later one, and one slow answer must not abort a rollout half-way.  A refusal is
-        # final, and a POST/DELETE is not repeated (it may have been queued).
+        # final; a POST/DELETE is not repeated here (it may have been queued): add and remove
+        # look at the worker list first.
         tries = GET_TRIES if method == "GET" else 1
         for attempt in range(1, tries + 1):
             status, text = self.http.request(method, self.base + path, body, self.timeout)
@@ -77,7 +85,8 @@ class RouterClient:
         if status not in ok:
             what = f"HTTP {status}" if status else "no answer" + (f" in {attempt} tries" if attempt > 1 else "")
             detail = " ".join(text.split())[:200]
-            raise RouterError(f"router {self.base}: {method} {path}: {what}" + (f": {detail}" if detail else ""))
+            raise RouterError(f"router {self.base}: {method} {path}: {what}" + (f": {detail}" if detail else ""),
+                              answered=bool(status))  # fmt: skip
         try:
             return json.loads(text) if text.strip() else None
         except ValueError:
@@ -104,14 +113,38 @@ class RouterClient:
         body: dict[str, object] = {"url": url, "worker_type": worker_type}
         if bootstrap_port is not None:
             body["bootstrap_port"] = bootstrap_port
-        self._call("POST", "/workers", body, ok=(200, 201, 202))
+        try:
+            self._call("POST", "/workers", body, ok=(200, 201, 202))
+        except RouterError as err:
+            # No answer in time: the router may have taken it.  Sent again only while the worker
+            # is not listed; a second POST that fails is fine if the worker is listed by then
+            # (vllm-router 0.1.17 answers 400 "already exists" to a URL it has; sglang-router
+            # 0.3.2 202 with the same worker id: both measured).
+            if err.answered:
+                raise
+            if self.find(url) is not None:
+                return
+            try:
+                self._call("POST", "/workers", body, ok=(200, 201, 202))
+            except RouterError:
+                if self.find(url) is None:
+                    raise
 
     def remove(self, url: str) -> bool:
         """Deregisters ``url``; False if it was not registered."""
         w = self.find(url)
         if w is None:
             return False
-        self._call("DELETE", "/workers/" + urllib.parse.quote(w.id, safe=""), ok=(200, 202, 204, 404))
+        path = "/workers/" + urllib.parse.quote(w.id, safe="")
+        try:
+            self._call("DELETE", path, ok=(200, 202, 204, 404))
+        except RouterError as err:
+            # No answer in time: sent again only while the worker is still listed (a repeated
+            # DELETE is answered 404 by sglang-router 0.3.2, 200 by vllm-router 0.1.17: measured).
+            if err.answered:
+                raise
+            if self.find(url) is not None:
+                self._call("DELETE", path, ok=(200, 202, 204, 404))
         return True
 
     def wait(
@@ -166,13 +199,14 @@ def parse_get_load(text: str) -> int | None:
     return total if seen else None
 
 
-def parse_metrics(text: str) -> int | None:
-    """Prometheus text: the sum of the running and queued request gauges of SGLang or vLLM."""
+def parse_metrics(text: str, names: Sequence[str] | None = None) -> int | None:
+    """Prometheus text: the sum of the samples of the gauges ``names`` (default: the running and
+    queued request gauges of SGLang or vLLM); None when none of them is there."""
     try:
         found = samples(text)
     except ValueError:
         return None
-    values = [v for name in _gauges() for _, v in found.get(name, ())]
+    values = [v for name in (_gauges() if names is None else names) for _, v in found.get(name, ())]
     return int(sum(values)) if values else None
 
 
@@ -184,10 +218,33 @@ def inflight(http: Http, base_url: str, timeout: float = 5.0) -> int | None:
         n = parse_get_load(text)
         if n is not None:
             return n
-    status, text = http.request("GET", base + "/metrics", None, timeout)
-    if status == 200:
-        return parse_metrics(text)
-    return None
+    return metrics_inflight(http, base + "/metrics", timeout=timeout)
+
+
+def metrics_inflight(http: Http, metrics_url: str, names: Sequence[str] | None = None,
+                     timeout: float = 5.0) -> int | None:  # fmt: skip
+    """The sum of the gauges ``names`` (:func:`parse_metrics`'s default: an engine's running and
+    queued requests; a PD router's stage gauges: its program's ``pd_inflight``) at
+    ``metrics_url``; None when it has none of them or does not answer."""
+    status, text = http.request("GET", metrics_url, None, timeout)
+    return parse_metrics(text, names) if status == 200 else None
+
+
+def unit_inflight(http: Http, unit: Unit) -> Callable[[], int | None] | None:
+    """What reads ``unit``'s requests in flight: an engine's own counters at its HTTP base
+    (:func:`inflight`), a router's PD stage gauges (its program's ``pd_inflight``) at its
+    metrics URL (:func:`metrics_inflight`); None for a unit that serves no HTTP or a router
+    without such gauges."""
+    if unit.health is None:
+        return None
+    if unit.role != "router":
+        base = unit.health.base
+        return lambda: inflight(http, base)
+    program, metrics = router.of_argv(unit.argv), endpoints([unit])
+    if program is None or not program.pd_inflight or not metrics:
+        return None
+    url, names = metrics[0].url, program.pd_inflight
+    return lambda: metrics_inflight(http, url, names)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -197,35 +254,63 @@ class Drained:
     left: int = 0  # requests still in flight at the deadline
     waited_s: float = 0.0
 
+    def text(self) -> str:
+        """As reports show it: in flight at the first read -> 0, so a drain that waited out
+        requests is told from one that found the engine idle."""
+        if self.how == "timeout":
+            return f"timeout ({self.left} left)"
+        if self.how == "drained":
+            return f"drained {self.first}->0 {self.waited_s:.1f}s"
+        return f"{self.how} {self.waited_s:.1f}s"
+
 
 def drain(
     probes: Mapping[str, Callable[[], int | None]],
     timeout_s: float,
     *,
+    together: bool = False,
     settle_s: float = 0.5,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Drained]:
     """Per key, waits until its probe reports 0 in flight, or ``timeout_s``, and records what its
     first read saw.  Waits ``settle_s`` first: requests the router had already picked a worker
-    for may still be arriving there.  Probes run one after another on the calling thread."""
+    for may still be arriving there.  Probes run one after another on the calling thread, in
+    the order given.  ``together``: the keys are the stages of one pipeline that requests move
+    through (a PD cohort: its router, prefills, decodes), so a key read at 0 may get one later;
+    they are drained only by one round that reads 0 on every key with a counter, not each by its
+    own first 0 (a decode read before its request left the prefill was stopped with it coming).
+    A probe's first None: no counter there (``no-counter``); a None after a count: that read
+    failed (a busy router on a loaded host; seen in the real PD tier), read again until the
+    deadline as if still in flight, its last count then what is ``left``."""
     start = clock()
     sleep(settle_s)
     pending = dict(probes)
     first: dict[str, int] = {}
+    last: dict[str, int] = {}
     out: dict[str, Drained] = {}
     while pending:
+        reads: dict[str, int | None] = {}  # None: a counter that did not answer this round
         for key, probe in list(pending.items()):
             n = probe()
-            waited = clock() - start
-            if n is None:
-                out[key] = Drained(how="no-counter", waited_s=waited)
-            elif n <= 0:
-                out[key] = Drained(how="drained", first=first.setdefault(key, n), waited_s=waited)
-            elif waited >= timeout_s:
-                out[key] = Drained(how="timeout", first=first.setdefault(key, n), left=n, waited_s=waited)
-            else:
+            if n is None and key not in first:  # no counter at all
+                out[key] = Drained(how="no-counter", waited_s=clock() - start)
+                del pending[key]
+                continue
+            if n is not None:
                 first.setdefault(key, n)
+                last[key] = n
+            reads[key] = n
+        waited = clock() - start
+        late = waited >= timeout_s
+        # Together, a key at 0 waits for a round in which every key answered 0, unless late.
+        quiet = not together or late or all(n is not None and n <= 0 for n in reads.values())
+        for key, n in reads.items():
+            if n is not None and n <= 0 and quiet:
+                out[key] = Drained(how="drained", first=first[key], waited_s=waited)
+            elif late:
+                out[key] = Drained(how="timeout", first=first[key], left=last[key], waited_s=waited)
+            else:
                 continue
             del pending[key]
         if pending:

@@ -121,7 +121,7 @@ def leader_url(units: Sequence[Desired]) -> str | None:
     lead = next((d for d in units if d.unit.rank == 0), None)
     if lead is None or lead.unit.role in INFRA_ROLES or lead.unit.health is None:
         return None
-    return lead.unit.health.url.rsplit("/", 1)[0]
+    return lead.unit.health.base
 
 
 _ME = re.compile(rf"[^@\s]*@{re.escape(socket.gethostname())} pid={os.getpid()} start=(?P<start>[0-9.]+) ")
@@ -131,10 +131,6 @@ def _ours(owner: str) -> bool:
     """An owner line of this process (a lock a session of this watch took)."""
     m = _ME.match(owner)
     return m is not None and abs(float(m["start"]) - psutil.Process().create_time()) < 1.0
-
-
-def _claim_name(deployment: str) -> str:
-    return f"{deployment}.watch"
 
 
 class Watch:
@@ -211,21 +207,14 @@ class Watch:
     def _claim(self, dep: str, hosts: Sequence[str], *, strict: bool) -> None:
         if self.options.dry_run:  # it changes nothing: it may look beside the real watch
             return
-        name = _claim_name(dep)
+        name = lock.claim_name(dep, "watch")
 
         def take(h: str) -> None:
-            t = self.conns[h]
-            if self.options.break_lock:
-                lock.break_lock(t, name)
-            result = t.run(lock.acquire_argv(name, self.owner), timeout=60)
             try:
-                lock.acquired(result, name)
+                lock.take(self.conns[h], name, self.owner, force=self.options.break_lock, timeout=60)
             except lock.LockedError as err:
-                if err.holder != "dead":
-                    raise FleetError(f"{h}: deployment {dep!r} is watched already by {err.owner}; stop that watch "
-                                     "first (a watch that is gone: fleet watch --break-lock)") from None  # fmt: skip
-                lock.release(t, name, err.owner)
-                lock.acquire(t, name, self.owner)
+                raise FleetError(f"{h}: deployment {dep!r} is watched already by {err.owner}; stop that watch "
+                                 "first (a watch that is gone: fleet watch --break-lock)") from None  # fmt: skip
 
         results = each([h for h in hosts if h not in self.claimed[dep]], take, self.options.forks)
         for h, r in results.items():
@@ -242,7 +231,7 @@ class Watch:
         that does not answer is taken over by the next watch of this control host)."""
         for dep, hosts in self.claimed.items():
             live = [h for h in sorted(hosts) if h in self.conns]
-            each(live, lambda h, dep=dep: lock.release(self.conns[h], _claim_name(dep), self.owner), self.options.forks)  # type: ignore[misc]
+            each(live, lambda h, dep=dep: lock.release(self.conns[h], lock.claim_name(dep, "watch"), self.owner), self.options.forks)  # type: ignore[misc]
             hosts.clear()
         for h in list(self.conns):
             self._drop(h)

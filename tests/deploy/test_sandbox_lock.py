@@ -9,6 +9,8 @@ sglang-router), through the real ``fleet`` CLI.
   host whose ``/run`` others may write, sticky) ``/run/fleet`` made symlinks to a root-owned
   directory by ``nobody``, unlock refuses in one line naming the path and removes nothing.
 - A ``/run/fleet`` of another user (same host) is refused in one line that says what to do.
+- ``fleet unlock`` removes a deploy lock and a preflight claim left by a run of another control
+  host, naming both.
 - Packets to h7's SSH port are dropped (nft in h7's namespace) once h7's step of ``fleet up`` is
   done (an engine on h7 healthy; the router on h6 starting): up exits non-zero naming h7 and the
   exact ``fleet unlock`` command, and h7's lock stays.  With h7 reachable again the next ``fleet
@@ -80,6 +82,22 @@ def test_unlock_never_removes_through_a_planted_symlink(shared_h1: Sandbox) -> N
     ), res.stderr  # fmt: skip
     assert root_sh(sb, "h1", "ls /srv/victim/sb-single /srv/victim/lock/sb-single").split() == [
         "/srv/victim/lock/sb-single:", "keep", "/srv/victim/sb-single:", "keep"]
+
+
+def test_unlock_removes_the_deploy_lock_and_the_preflight_claim_of_a_gone_control_host(sandbox_fleet: Sandbox) -> None:
+    """Both left on h1 by a run of another control host (not taken over from here: its pid is
+    not ours to judge); one ``fleet unlock`` removes both, and says so."""
+    sb = sandbox_fleet
+    gone = "ops@ctl-b pid=4242 start=1.00 time=2026-12-06T03:00:00Z id=0123456789ab"
+    root_sh(sb, "h1", "mkdir -p /run/fleet/lock/sb-single /run/fleet/lock/sb-single.preflight && "
+                      f"echo '{gone}' > /run/fleet/lock/sb-single/owner && "
+                      f"echo '{gone}' > /run/fleet/lock/sb-single.preflight/owner")  # fmt: skip
+    res = fleet(sb, "unlock", str(SINGLE))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.splitlines()[0] == f"h1: removed lock of {gone}; preflight claim of {gone}", res.stdout
+    assert root_sh(sb, "h1", "ls -A /run/fleet/lock") == ""
+    again = fleet(sb, "unlock", str(SINGLE))
+    assert again.stdout.splitlines()[0] == "h1: not locked", again.stdout
 
 
 def test_a_lock_root_another_user_made_is_refused_saying_what_to_do(shared_h1: Sandbox) -> None:

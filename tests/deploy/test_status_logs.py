@@ -147,3 +147,24 @@ def test_logs_json_is_one_object_per_line(capsys: pytest.CaptureFixture[str]) ->
         {"host": "h1", "unit": UNIT, "line": "line 2"},
         {"host": "h2", "error": "unreachable: connection refused by 198.18.0.2:22"},
     ]
+
+
+def test_health_reads_failing_only_after_a_second_failed_probe() -> None:
+    from launcher.deploy.status import REPROBE_AFTER_S, health_verdicts
+
+    script = {"u/health": [False, True], "dead/health": [False, False], "ok/health": [True]}
+    asked: list[str] = []
+    slept: list[float] = []
+
+    def answers(url: str) -> bool:
+        asked.append(url)
+        return script[url].pop(0)
+
+    urls = {"slow": "u/health", "dead": "dead/health", "fine": "ok/health"}
+    assert health_verdicts(urls, answers, slept.append) == {"slow": "ok", "dead": "failing", "fine": "ok"}
+    # every unit once, then the failed ones again together, after one pause
+    assert asked == ["u/health", "dead/health", "ok/health", "u/health", "dead/health"]
+    assert slept == [REPROBE_AFTER_S]
+    slept.clear()
+    assert health_verdicts({"fine": "ok/health"}, lambda url: True, slept.append) == {"fine": "ok"}
+    assert slept == []

@@ -10,7 +10,7 @@ import signal
 import threading
 import time
 from types import FrameType
-from typing import Iterator
+from typing import Iterator, Sequence, overload
 
 import pytest
 
@@ -106,3 +106,46 @@ def test_without_cleanup_the_first_interrupt_abandons_what_runs(interrupts: list
     finally:
         let_go.set()
     assert "h2" not in info.value.done
+
+
+class CutWhileHandedOut(Sequence[str]):
+    """Keys whose third read raises KeyboardInterrupt once: a Ctrl-C that arrives while
+    :func:`each` is still handing keys out (the main thread is then not waiting in it yet)."""
+
+    def __init__(self, *keys: str) -> None:
+        self.keys, self.cut = keys, False
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[str]: ...
+    def __getitem__(self, i: int | slice) -> str | Sequence[str]:
+        if isinstance(i, int) and i == 2 and not self.cut:
+            self.cut = True
+            raise KeyboardInterrupt
+        return self.keys[i]
+
+
+@pytest.mark.parametrize("cleanup", [False, True], ids=["step", "cleanup"])
+def test_a_ctrl_c_while_keys_are_handed_out_is_an_interrupt(cleanup: bool) -> None:
+    """Before, the bare KeyboardInterrupt left the keys handed out running unseen and skipped
+    ``on_interrupt`` (a preflight's claims were left so); a clean-up's keys all run still."""
+    closed: list[bool] = []
+    ran: list[str] = []
+
+    def step(key: str) -> str:
+        ran.append(key)
+        return key
+
+    with pytest.raises(Interrupted) as info:
+        each(CutWhileHandedOut("h1", "h2", "h3", "h4"), step, 4, on_interrupt=lambda: closed.append(True),
+             cleanup=cleanup)  # fmt: skip
+    if cleanup:
+        assert dict(info.value.done) == {k: k for k in ("h1", "h2", "h3", "h4")}
+        assert not closed
+    else:
+        assert set(info.value.done) <= set(ran) <= {"h1", "h2"}, "nothing started after the Ctrl-C"
+        assert closed == [True]

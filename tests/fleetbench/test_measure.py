@@ -37,9 +37,11 @@ def standin(procs: list[Proc], **env: str) -> str:
 
 
 def spec(url: str, out: int, concurrency: int, requests: int) -> LevelSpec:
+    # An SLO every request of a loaded machine meets (a TTFT of 1 s was missed once beside the
+    # sandbox tiers: goodput 28.4 against 34.1 tok/s): the tests assert all are within it.
     return LevelSpec(
         urls=(url,), model="tiny", tokenizer="fleet-words", shape=Shape(label="t", input_len=32, output_len=out),
-        slo=Slo(ttft_ms=1000, tpot_ms=1000, origin="test"), concurrency=concurrency, requests=requests,
+        slo=Slo(ttft_ms=10000, tpot_ms=1000, origin="test"), concurrency=concurrency, requests=requests,
         duration_s=120, timeout_s=60, seed=42,
     )  # fmt: skip
 

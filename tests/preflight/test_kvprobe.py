@@ -18,7 +18,9 @@ from typing import Any, Callable
 import pytest
 
 from launcher import hostscripts
+from launcher.errors import UnreachableError
 from launcher.execute.fake import FakeConnector, FakeTransport, Reply
+from launcher.execute.fanout import FanoutInterrupted, FanoutResult
 from launcher.execute.transport import Result
 from launcher.model import Host, Inventory, Plan, Recipe, RoleImages
 from launcher.plan import plan
@@ -383,3 +385,51 @@ def test_a_read_killed_from_outside_is_taken_once_more() -> None:
     serve = next(c for c in conn.commands("h1") if "kv-serve" in c and "docker run" in c)
     m = re.search(r" serve nixl \S+ \d+ \d+ \d+ (\d+) >/dev/null", serve)
     assert m is not None and m.group(1) == "2", serve  # CLIENTS: one read of h3, taken at most twice
+
+
+
+class _Closing(_Connector):
+    """Closed by a Ctrl-C (run_all closes it): a connect after that is refused; ``reopened()``
+    gives a new connector, as SSH's does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = False
+        self.fresh: list[_Connector] = []
+
+    def connect(self, host: Host) -> FakeTransport:
+        if self.closed:
+            raise UnreachableError(host.name, "connections were closed (interrupted)")
+        return super().connect(host)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def reopened(self) -> _Connector:
+        self.fresh.append(_Connector())
+        return self.fresh[-1]
+
+
+def test_after_a_ctrl_c_the_probe_containers_are_removed_over_new_connections(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A serving container left running would hold the prefill's side-channel port for minutes
+    (``fleet up --skip-preflight`` right after would find it taken).  The Ctrl-C comes during
+    the reads, as run_all meets one: it closes the connector and raises FanoutInterrupted."""
+    real, rounds = kvprobe.run_all, []
+
+    def run_all(hosts: Any, fn: Any, *, connector: Any, forks: int = 4) -> Any:
+        rounds.append(len(rounds))
+        if len(rounds) == 2:  # serve, then read: interrupted
+            connector.close()
+            raise FanoutInterrupted(FanoutResult(outcomes=()))
+        return real(hosts, fn, connector=connector, forks=forks)
+
+    monkeypatch.setattr(kvprobe, "run_all", run_all)
+    inv = fleet()
+    p, recipe = nixl_plan(inv)
+    conn = _Closing()
+    with pytest.raises(KeyboardInterrupt):
+        kvprobe.probe(p, inv, recipe, conn, 4, lambda h: True, lambda _: None)
+    assert conn.closed and len(conn.fresh) == 1
+    removed = {h: [c for c in conn.fresh[0].commands(h) if "docker rm -f" in c] for h in ("h1", "h2", "h3")}
+    assert all(len(cs) == 1 for cs in removed.values()), removed
+    assert "fleet-preflight-kv-serve-" in removed["h1"][0], removed

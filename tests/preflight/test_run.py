@@ -42,6 +42,18 @@ def fresh(output: str) -> str:
 Handler = Callable[[str, tuple[str, ...]], tuple[int, str]]
 
 
+def claim_kind(args: tuple[str, ...]) -> str:
+    """The preflight claim's commands (launcher/preflight/claim.py through deploy/lock.py's
+    scripts, ``sh -c SCRIPT sh ARGS``): acquire (LOCK_ROOT DIR OWNER), release (DIR OWNER),
+    break (DIR); anything else is "?"."""
+    rest = args[4:] if args[:2] == ("sh", "-c") else ()
+    if len(rest) == 3 and rest[1].endswith(".preflight"):
+        return "claim"
+    if rest and rest[0].endswith(".preflight"):
+        return "unclaim" if len(rest) == 2 else "break"
+    return "?"
+
+
 class ScriptedTransport:
     def __init__(self, name: str, handler: Handler, log: list[tuple[str, str]]) -> None:
         self._name, self._handler, self._log = name, handler, log
@@ -55,7 +67,7 @@ class ScriptedTransport:
         args = Command.of(argv).reveal()
         kind = ("gather" if "fleet:clock_start" in " ".join(args) else "probe" if "fleet:ports" in " ".join(args)
                 else "listener" if preflight.LISTENER_MARK in args else "client" if "fleet-preflight-client" in args
-                else "cleanup" if "fleet-preflight-cleanup" in args else "?")
+                else "cleanup" if "fleet-preflight-cleanup" in args else claim_kind(args))
         self._log.append((self._name, kind))
         rc, out = self._handler(self._name, args)
         return Result(host=self._name, command=kind, exit_status=rc, stdout=out.encode(), stderr=b"")
@@ -138,7 +150,9 @@ def test_rounds_in_order_and_gid_auto_per_host() -> None:
     assert report.plan is not None
     assert {u.host: u.env["NCCL_IB_GID_INDEX"] for u in report.plan.units} == {"h2": "5", "h6": "3"}
     kinds = [k for _, k in connector.log]
-    assert kinds.count("gather") == 2 and kinds.count("probe") == 2 and kinds[-3:] == ["listener", "client", "cleanup"]
+    # The claim spans the rounds that bind ports or start probe containers (claim.py).
+    assert kinds == ["gather", "gather", "claim", "claim", "probe", "probe", "listener", "client", "cleanup",
+                     "unclaim", "unclaim"]
     assert [c.line() for c in report.checks if c.name.startswith(("gid", "reach"))] == [
         "pass: h2/fleet-x-rank0-r0: gid mlx5_0: NCCL_IB_GID_INDEX=5",
         "pass: h6/fleet-x-rank0-r1: gid mlx5_0: NCCL_IB_GID_INDEX=3",
@@ -155,7 +169,7 @@ def test_unreachable_dist_init_still_cleans_up() -> None:
         "timed out after 3s (from 198.18.48.16) (fix: open tcp/20000 from this host's data IP to 198.18.48.12 "
         "(routes, firewall))",
     ]
-    assert connector.log[-1] == ("h2", "cleanup")
+    assert connector.log[-3] == ("h2", "cleanup")
 
 
 def test_listener_crash_is_reported_and_cleanup_still_runs() -> None:
@@ -171,7 +185,7 @@ def test_listener_crash_is_reported_and_cleanup_still_runs() -> None:
         "warn: h6/fleet-x-rank0-r1: reach dist-init: dist-init 198.18.48.12:20000 on h2 not probed: h6 is unreachable "
         "over SSH (connection lost during reachability client) (fix: check SSH to h6: fleet run -i inv.yaml h6 -- "
         "true)")
-    assert connector.log[-1] == ("h2", "cleanup")
+    assert connector.log[-3] == ("h2", "cleanup")
 
 
 def test_port_already_listened_needs_no_listener() -> None:
@@ -199,7 +213,7 @@ def test_missing_hca_with_auto_gid_fails_planning_and_names_the_host() -> None:
         "fail: h4: /dev/infiniband: /dev/infiniband is missing on the host (fix: load the RDMA drivers (ib_uverbs, "
         "rdma_ucm))",
     ]
-    assert [k for _, k in connector.log] == ["gather", "gather"], "no probe runs without a plan"
+    assert [k for _, k in connector.log] == ["gather", "gather"], "no probe (nor claim) without a plan"
 
 
 def test_unreachable_host_fails_and_is_not_probed() -> None:
@@ -211,7 +225,7 @@ def test_unreachable_host_fails_and_is_not_probed() -> None:
         "fail: h6: ssh: unreachable: no SSH banner from 198.18.48.16 within 10s (fix: check SSH to h6: fleet run -i "
         "inv.yaml h6 -- true)",
     ]
-    assert [h for h, _ in connector.log] == ["h2", "h2"]
+    assert connector.log == [("h2", "gather"), ("h2", "claim"), ("h2", "probe"), ("h2", "unclaim")]
     # The hint names the host SSH could not reach and how that was seen (issue 16 item 11).
     assert "warn: h6/fleet-x-rank0-r1: reach dist-init: dist-init 198.18.48.12:20000 on h2 not probed: h6 is " \
         "unreachable over SSH (no SSH banner from 198.18.48.16 within 10s) (fix: check SSH to h6: fleet run -i " \
@@ -248,7 +262,7 @@ def test_limit_asks_and_checks_only_its_hosts(monkeypatch: object, tmp_path: Pat
     pb = f.playbook({"single": "h2:h6"}, replicas={"single": 2},
                     overrides=f.overrides(drop_docker_flags=("--gpus", "--ulimit")))  # fmt: skip
     report = run_preflight(inv, f.catalog(f.recipe()), pb, connector, cache=False, limit="h6")
-    assert sorted(set(connector.log)) == [("h6", "gather"), ("h6", "probe")]
+    assert sorted(set(connector.log)) == [("h6", "claim"), ("h6", "gather"), ("h6", "probe"), ("h6", "unclaim")]
     assert report.plan is not None and [u.host for u in report.plan.units] == ["h2", "h6"]
     assert {c.host for c in report.checks} == {"h6"}
 

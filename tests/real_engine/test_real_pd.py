@@ -390,6 +390,11 @@ def test_cohort_roll_under_load_never_pairs_generations(sandbox_fleet: Sandbox, 
     assert (c["ok"], c["router"], c["prefill"], c["decode"]) == (True, SURGE[ROUTER], [SURGE[PREFILL]], [SURGE[DECODE]]), c
     assert c["transfers"][SURGE[DECODE]]["done"] >= 1 and c["transfers"][SURGE[DECODE]]["failed"] == 0, c
     assert [w["url"] for w in front.workers()] == [f"http://{ip[SURGE[ROUTER]]}:8300"]
+    # The old cohort drained on the router's own stage gauges too (the requests between a
+    # prefill and its decode, which no engine counts), all at 0 in one round.
+    drains = [n for n in report["notes"] if n.startswith("old cohort drained together")]
+    print(*drains)
+    assert len(drains) == 1 and re.search(rf"fleet-{DEPLOYMENT}-router-r0 drained \d+->0", drains[0]), report["notes"]
     assert containers(sb, HOSTS, DEPLOYMENT) == [], "the first cohort is retired"
     # The load: nothing failed or cut; each answer crossed one cohort; both cohorts served.
     assert len(results) >= LOAD_REQUESTS and failed == [], failed[:5]

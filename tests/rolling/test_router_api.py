@@ -12,7 +12,9 @@ import pytest
 from launcher.deploy.manifest import Manifest
 from launcher.rolling import restore
 from launcher.rolling.roll import _drain_text
-from launcher.rolling.router_api import Drained, RouterClient, RouterError, drain, inflight, parse_get_load, parse_metrics
+from launcher.engines import router
+from launcher.rolling.router_api import (Drained, RouterClient, RouterError, drain, inflight, parse_get_load,
+                                         parse_metrics, metrics_inflight)
 
 
 class FakeHttp:
@@ -85,7 +87,7 @@ class SlowHttp(FakeHttp):
         return super().request(method, url, body, timeout)
 
 
-def test_a_get_that_timed_out_is_asked_again_and_a_post_is_not() -> None:
+def test_a_get_that_timed_out_is_asked_again() -> None:
     answers = {("GET", "http://r:8000/workers"): (200, WORKERS), ("POST", "http://r:8000/workers"): (202, "{}")}
     busy = RouterClient("http://r:8000", SlowHttp(2, answers))
     assert [w.id for w in busy.workers()] == ["u-1", "u-2"]
@@ -93,9 +95,75 @@ def test_a_get_that_timed_out_is_asked_again_and_a_post_is_not() -> None:
     with pytest.raises(RouterError) as err:
         RouterClient("http://r:8000", SlowHttp(3, answers)).workers()
     assert str(err.value) == "router http://r:8000: GET /workers: no answer in 3 tries: timed out"
+
+
+class ScriptedHttp:
+    """Answers each (method, URL) from its own list in turn (the last one repeats)."""
+
+    def __init__(self, answers: dict[tuple[str, str], list[tuple[int, str]]]) -> None:
+        self.answers = answers
+        self.calls: list[tuple[str, str]] = []
+
+    def request(self, method: str, url: str, body: object | None = None, timeout: float = 10.0) -> tuple[int, str]:
+        self.calls.append((method, url.removeprefix("http://r:8000")))
+        got = self.answers[(method, url)]
+        return got.pop(0) if len(got) > 1 else got[0]
+
+
+def listed(*urls: str) -> tuple[int, str]:
+    return 200, json.dumps({"workers": [{"id": f"u-{u[-7]}", "url": u, "worker_type": "regular", "is_healthy": True}
+                                        for u in urls]})  # fmt: skip
+
+
+NEW, OLD = "http://10.0.0.3:30000", "http://10.0.0.1:30000"
+LATE = (0, "timed out")
+
+
+def test_a_post_without_an_answer_is_sent_again_only_while_the_worker_is_not_listed() -> None:
+    # Not listed after the silent POST: sent again.
+    http = ScriptedHttp({("POST", "http://r:8000/workers"): [LATE, (202, "{}")],
+                         ("GET", "http://r:8000/workers"): [listed(OLD)]})  # fmt: skip
+    RouterClient("http://r:8000", http).add(NEW)
+    assert http.calls == [("POST", "/workers"), ("GET", "/workers"), ("POST", "/workers")]
+    # Listed by then (the router had taken it): not sent again.
+    http = ScriptedHttp({("POST", "http://r:8000/workers"): [LATE],
+                         ("GET", "http://r:8000/workers"): [listed(OLD, NEW)]})  # fmt: skip
+    RouterClient("http://r:8000", http).add(NEW)
+    assert http.calls == [("POST", "/workers"), ("GET", "/workers")]
+    # Sent again and refused as a URL it has (vllm-router 0.1.17's 400), listed: done.
+    http = ScriptedHttp({("POST", "http://r:8000/workers"): [LATE, (400, '{"error":"already exists"}')],
+                         ("GET", "http://r:8000/workers"): [listed(OLD), listed(OLD, NEW)]})  # fmt: skip
+    RouterClient("http://r:8000", http).add(NEW)
+    assert http.calls == [("POST", "/workers"), ("GET", "/workers"), ("POST", "/workers"), ("GET", "/workers")]
+    # Sent again, refused and still not listed: the second answer is the error.
+    http = ScriptedHttp({("POST", "http://r:8000/workers"): [LATE, (500, "full")],
+                         ("GET", "http://r:8000/workers"): [listed(OLD)]})  # fmt: skip
     with pytest.raises(RouterError) as err:
-        RouterClient("http://r:8000", SlowHttp(1, answers)).add("http://10.0.0.3:30000")
-    assert str(err.value) == "router http://r:8000: POST /workers: no answer: timed out"
+        RouterClient("http://r:8000", http).add(NEW)
+    assert str(err.value) == "router http://r:8000: POST /workers: HTTP 500: full"
+    # A refusal is final: not sent again, the list not read.
+    http = ScriptedHttp({("POST", "http://r:8000/workers"): [(500, "full")]})
+    with pytest.raises(RouterError):
+        RouterClient("http://r:8000", http).add(NEW)
+    assert http.calls == [("POST", "/workers")]
+
+
+def test_a_delete_without_an_answer_is_sent_again_only_while_the_worker_is_listed() -> None:
+    http = ScriptedHttp({("DELETE", "http://r:8000/workers/u-1"): [LATE, (404, "{}")],
+                         ("GET", "http://r:8000/workers"): [listed(OLD), listed(OLD)]})  # fmt: skip
+    assert RouterClient("http://r:8000", http).remove(OLD) is True
+    assert http.calls == [("GET", "/workers"), ("DELETE", "/workers/u-1"), ("GET", "/workers"),
+                          ("DELETE", "/workers/u-1")]  # fmt: skip
+    http = ScriptedHttp({("DELETE", "http://r:8000/workers/u-1"): [LATE],
+                         ("GET", "http://r:8000/workers"): [listed(OLD), listed()]})  # fmt: skip
+    assert RouterClient("http://r:8000", http).remove(OLD) is True
+    assert http.calls == [("GET", "/workers"), ("DELETE", "/workers/u-1"), ("GET", "/workers")]
+    http = ScriptedHttp({("DELETE", "http://r:8000/workers/u-1"): [(500, "busy")],
+                         ("GET", "http://r:8000/workers"): [listed(OLD)]})  # fmt: skip
+    with pytest.raises(RouterError) as err:
+        RouterClient("http://r:8000", http).remove(OLD)
+    assert str(err.value) == "router http://r:8000: DELETE /workers/u-1: HTTP 500: busy"
+    assert http.calls == [("GET", "/workers"), ("DELETE", "/workers/u-1")]
 
 
 def test_wait_for_registration_times_out_with_the_state() -> None:
@@ -202,3 +270,68 @@ def test_start_commands_follow_render() -> None:
 
     s = dataclasses.replace(m, runtime="systemd")
     assert restore.start_argvs(s, "/x") == (("systemctl", "daemon-reload"), ("systemctl", "enable", "--now", "u.service"))
+
+
+def test_a_pd_cohort_drains_by_one_round_of_zeros_not_each_stage_by_its_own() -> None:
+    """A request moves router -> prefill -> decode: the decode read idle while its request is
+    still at the prefill gets it later.  Each key by its own first 0 (the regular roll's rule)
+    would let it be stopped with a request coming; together, it waits for a round of zeros."""
+    def run(together: bool) -> dict[str, Drained]:
+        now = [0.0]
+        reads = {"router": iter([1, 1, 1, 0]), "prefill": iter([1, 0, 0, 0]), "decode": iter([0, 1, 1, 0])}
+        return drain({k: (lambda k=k: next(reads[k])) for k in reads}, 60.0, together=together, settle_s=0.5,  # type: ignore[misc]
+                     clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))  # fmt: skip
+
+    apart = run(False)
+    assert (apart["decode"].how, apart["decode"].waited_s) == ("drained", 0.5), "the old rule: decode let go at once"
+    together = run(True)
+    assert {k: (d.how, d.first) for k, d in together.items()} == {
+        "router": ("drained", 1), "prefill": ("drained", 1), "decode": ("drained", 0)}
+    assert [d.text() for d in together.values()] == ["drained 1->0 1.1s", "drained 1->0 1.1s", "drained 0->0 1.1s"]
+
+
+def test_a_pd_cohort_drain_that_times_out_names_what_is_left() -> None:
+    now = [0.0]
+    result = drain({"prefill": lambda: None, "router": lambda: 2, "decode": lambda: 0}, 1.0, together=True,
+                   settle_s=0.5, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))  # fmt: skip
+    assert {k: d.text() for k, d in result.items()} == {
+        "prefill": "no-counter 0.5s", "router": "timeout (2 left)", "decode": "drained 0->0 1.1s"}
+
+
+# vllm-router 0.1.17's /metrics in PD mode (NIXL) with three requests in flight over real vLLM
+# (CPU build) on the sandbox: two at the prefill, two prefilled awaiting their decode, one
+# decoding (a request may be counted in two stages at once; the sum is 0 only when none is in).
+VLLM_ROUTER_PD_METRICS = """\
+vllm_router_processed_requests_total{worker="http://198.18.32.27:8500"} 7
+vllm_router_pd_requests_total{route="/v1/chat/completions"} 3
+vllm_router_pd_active_decode_requests{worker="http://198.18.32.27:8500",rank="aggregate"} 1
+vllm_router_pd_pending_decode_requests{worker="http://198.18.32.27:8500",rank="aggregate"} 2
+vllm_router_pd_active_prefill_tokens{worker="http://198.18.32.26:8500",rank="aggregate"} 0
+vllm_router_pd_unknown_prefill_requests{worker="http://198.18.32.26:8500",rank="aggregate"} 2
+vllm_router_pd_decode_pending_seconds_count 5
+"""
+
+
+def test_a_pd_routers_in_flight_is_the_sum_of_its_stage_gauges() -> None:
+    url = "http://198.18.32.16:29000/metrics"
+    names = router.VLLM.pd_inflight
+    assert metrics_inflight(FakeHttp({("GET", url): (200, VLLM_ROUTER_PD_METRICS)}), url, names) == 5
+    idle = "\n".join(line.rsplit(" ", 1)[0] + " 0" for line in VLLM_ROUTER_PD_METRICS.splitlines()) + "\n"
+    assert metrics_inflight(FakeHttp({("GET", url): (200, idle)}), url, names) == 0
+    assert metrics_inflight(FakeHttp({("GET", url): (200, "smg_router_requests_total 3\n")}), url, names) is None
+    assert metrics_inflight(FakeHttp({("GET", url): (200, VLLM_ROUTER_PD_METRICS)}), url, router.SGLANG.pd_inflight) is None
+
+
+def test_a_counter_that_fails_one_read_is_read_again_not_given_up() -> None:
+    """None after a count is a failed read (the real PD tier's router, busy at load ~90, gave one
+    after 95 s of counts), not a missing counter: the key is read again, and keeps the drain
+    open meanwhile; unanswered at the deadline, its last count is what is left."""
+    now = [0.0]
+    reads = {"router": iter([2, None, 0]), "decode": iter([1, 0, 0])}
+    result = drain({k: (lambda k=k: next(reads[k])) for k in reads}, 60.0, together=True, settle_s=0.5,  # type: ignore[misc]
+                   clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))  # fmt: skip
+    assert {k: d.text() for k, d in result.items()} == {"router": "drained 2->0 0.9s", "decode": "drained 1->0 0.9s"}
+    now[0] = 0.0
+    result = drain({"router": iter([3] + [None] * 20).__next__}, 1.0, settle_s=0.5, clock=lambda: now[0],
+                   sleep=lambda s: now.__setitem__(0, now[0] + s))  # fmt: skip
+    assert result["router"].text() == "timeout (3 left)"

@@ -99,16 +99,17 @@ def test_run_limit_narrows_the_pattern_with_the_same_errors() -> None:
 def test_unlock_ends_with_its_recap_and_is_recorded(inv: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from launcher.deploy import orchestrate
 
-    monkeypatch.setattr(orchestrate, "unlock", lambda target, connect, forks: {"h1": None, "h2": "ops@ctl:4242"})
+    monkeypatch.setattr(orchestrate, "unlock", lambda target, connect, forks: {
+        "h1": orchestrate.Unlocked(), "h2": orchestrate.Unlocked(lock="ops@ctl:4242", claim="ops@ctl:4240")})
     code, out, err = fleet("unlock", ROUTER, "-i", inv, "--limit", "h1:h2")
     assert (code, err) == (0, "")
     assert out.splitlines() == [
         "h1: not locked",
-        "h2: removed lock of ops@ctl:4242",
+        "h2: removed lock of ops@ctl:4242; preflight claim of ops@ctl:4240",
         "RECAP sb-rr: unlock: locks per host",
         "h1 : removed=0  unchanged=1  unknown=0",
         "h2 : removed=1  unchanged=0  unknown=0",
-        "exit 0: no host holds a deploy lock of sb-rr any more",
+        "exit 0: no host holds a deploy lock or preflight claim of sb-rr any more",
     ]
     (run,) = history.read()
     assert (run.command[1:3], run.deployment, run.hosts, run.exit_code) == (
@@ -120,7 +121,7 @@ def test_unlock_ends_with_its_recap_and_is_recorded(inv: str, monkeypatch: pytes
 def test_a_failed_unlock_counts_every_host_unknown_and_is_recorded(inv: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from launcher.deploy import orchestrate
 
-    def refused(target: Target, connect: object, forks: int) -> dict[str, str | None]:
+    def refused(target: Target, connect: object, forks: int) -> dict[str, orchestrate.Unlocked]:
         raise RemoteError("h2", "unlock", 1, "the deploy holding the lock is alive")
 
     monkeypatch.setattr(orchestrate, "unlock", refused)
@@ -162,3 +163,11 @@ def test_weights_stage_ends_with_its_recap_and_is_recorded(
         ("h4", "weights", "unreachable")]  # fmt: skip
     code, out, _ = fleet("weights", "stage", ROUTER, "-i", inv, "--source", str(tmp_path), "--json")
     assert json.loads(out)["recap"]["counts"]["h1"] == {"staged": 1, "unchanged": 0, "failed": 0, "unreachable": 0}
+
+
+def test_unlock_names_what_it_removed_on_a_host() -> None:
+    from launcher.cli.deploy import unlocked_text
+    from launcher.deploy.orchestrate import Unlocked
+
+    assert [unlocked_text(u) for u in (Unlocked(), Unlocked(lock="a@c pid=1"), Unlocked(claim="b@c pid=2"))] == [
+        "not locked", "removed lock of a@c pid=1", "removed preflight claim of b@c pid=2"]  # fmt: skip
