@@ -21,28 +21,40 @@ def unit_commands(name: str, runtime: str, unit_dir: str) -> UnitCommands:
 def hold_argv(runtime: str, names: list[str]) -> tuple[str, ...] | None:
     return registry.get(runtime).hold_argv(names)
 
-# Records its argv in calls, then answers with $ANSWER (stderr) and $RC.
+# Records its argv in calls, then answers with $ANSWER (stderr) and $RC -- for its first $TIMES
+# calls if set (a count kept in $CALLS.n), then with nothing and 0.
 TOOL = """#!/bin/sh
 echo "$(basename "$0") $*" >> "$CALLS"
+if [ -n "$TIMES" ]; then
+  n=$(cat "$CALLS.n" 2>/dev/null || echo 0); echo $((n + 1)) > "$CALLS.n"
+  [ "$n" -lt "$TIMES" ] || exit 0
+fi
 if [ -n "$ANSWER" ]; then echo "$ANSWER" >&2; fi
 exit "${RC:-0}"
 """
 
 
 class Tools:
-    """A PATH directory with the stand-in ``docker`` and ``systemctl``."""
+    """A PATH directory with the stand-in ``docker`` and ``systemctl`` (and ``sleep``, which
+    only records its call)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         for tool in ("docker", "systemctl"):
             (root / tool).write_text(TOOL)
             (root / tool).chmod(0o755)
+        (root / "sleep").write_text('#!/bin/sh\necho "sleep $*" >> "$CALLS"\n')
+        (root / "sleep").chmod(0o755)
 
-    def __call__(self, argv: tuple[str, ...], answer: str = "", rc: int = 0) -> tuple[int, str, list[str]]:
-        """(exit status, stderr, the tools' calls) of ``argv`` when every tool answers so."""
+    def __call__(self, argv: tuple[str, ...], answer: str = "", rc: int = 0,
+                 times: int | None = None) -> tuple[int, str, list[str]]:
+        """(exit status, stderr, the tools' calls) of ``argv`` when every tool answers so (the
+        docker/systemctl calls so far counted together: the first ``times`` only, if given)."""
         calls = self.root / "calls"
         calls.write_text("")
-        env = {"PATH": f"{self.root}:/usr/bin:/bin", "CALLS": str(calls), "ANSWER": answer, "RC": str(rc)}
+        (self.root / "calls.n").unlink(missing_ok=True)
+        env = {"PATH": f"{self.root}:/usr/bin:/bin", "CALLS": str(calls), "ANSWER": answer, "RC": str(rc),
+               "TIMES": "" if times is None else str(times)}
         proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=30)
         return proc.returncode, proc.stderr, calls.read_text().splitlines()
 
@@ -64,6 +76,20 @@ def test_docker_remove_of_a_gone_container_succeeds_other_failures_do_not(run: T
     assert run(argv, "Error response from daemon: No such container: fleet-x-r0", 1)[:2] == (0, "")
     busy = "Error response from daemon: cannot remove container fleet-x-r0: device or resource busy"
     assert run(argv, busy, 1)[:2] == (1, busy + "\n")
+
+
+NO_EXIT_EVENT = ("Error response from daemon: Cannot kill container: fleet-x-r0: tried to kill container, "
+                 "but did not receive an exit event")
+
+
+def test_docker_remove_tries_again_while_the_exit_event_is_late(run: Tools) -> None:
+    argv = unit_commands("fleet-x-r0", "docker", "/d").remove()
+    late = run(argv, NO_EXIT_EVENT, 1, times=2)
+    assert late == (0, "", ["docker rm -f fleet-x-r0", "sleep 2", "docker rm -f fleet-x-r0", "sleep 2",
+                            "docker rm -f fleet-x-r0"])  # fmt: skip
+    never = run(argv, NO_EXIT_EVENT, 1)
+    assert never[:2] == (1, NO_EXIT_EVENT + "\n")
+    assert never[2] == ["docker rm -f fleet-x-r0", "sleep 2"] * 5 + ["docker rm -f fleet-x-r0"]
 
 
 @pytest.mark.parametrize("gone", ["Failed to disable unit: Unit file fleet-x-r0.service does not exist.",
