@@ -228,13 +228,18 @@ class Watch:
 
     def release(self) -> None:
         """Gives up the claims and closes the connections (best effort: a claim left on a host
-        that does not answer is taken over by the next watch of this control host)."""
-        for dep, hosts in self.claimed.items():
-            live = [h for h in sorted(hosts) if h in self.conns]
-            each(live, lambda h, dep=dep: lock.release(self.conns[h], lock.claim_name(dep, "watch"), self.owner), self.options.forks)  # type: ignore[misc]
-            hosts.clear()
-        for h in list(self.conns):
-            self._drop(h)
+        that does not answer is taken over by the next watch of this control host).  A clean-up
+        fan-out: a first interrupt while it runs (a watch stopped twice in a row) lets every
+        host's release finish, then raises; a second abandons it."""
+        live = [(dep, h) for dep, hosts in self.claimed.items() for h in sorted(hosts) if h in self.conns]
+        try:
+            each(live, lambda k: lock.release(self.conns[k[1]], lock.claim_name(k[0], "watch"), self.owner),
+                 self.options.forks, cleanup=True)  # fmt: skip
+        finally:
+            for hosts in self.claimed.values():
+                hosts.clear()
+            for h in list(self.conns):
+                self._drop(h)
 
     # -- the loop
 
