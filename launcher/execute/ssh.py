@@ -16,6 +16,7 @@ operator wrote is said (logged) once per run and source.
 
 from __future__ import annotations
 
+import fcntl
 import getpass
 import logging
 import os
@@ -23,6 +24,8 @@ import re
 import select
 import shlex
 import socket
+import sys
+import termios
 import threading
 import time
 from dataclasses import dataclass
@@ -491,6 +494,23 @@ class SshConnector:
         raise UnreachableError(endpoint.label, reason)
 
 
+# How many more liveness windows a host whose bytes wait unread on this end gets (see _Liveness).
+UNREAD_WINDOWS = 3
+
+
+def unread(sock: object) -> bool:
+    """Whether bytes from the other end wait unread in a connection's socket (or, behind a jump
+    host, its channel: ``recv_ready``).  False where that cannot be told."""
+    ready = getattr(sock, "recv_ready", None)
+    if callable(ready):
+        return bool(ready())
+    try:
+        pending = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):
+        return False
+    return int.from_bytes(pending, sys.byteorder) > 0
+
+
 class _Liveness:
     """Whether the host at the other end of one connection still answers: a keepalive request
     (``keepalive@openssh.com``, which sshd answers at once, if only to refuse it) every
@@ -498,7 +518,12 @@ class _Liveness:
     waiting on it fails at once as unreachable (``lost`` says why) instead of at its step
     timeout.  A host whose packets are dropped, whose sshd is stopped, or that froze is named
     within ``keepalive_s + dead_after_s`` however long its command could have run.  The
-    requests also keep NAT and firewall state alive on an idle connection."""
+    requests also keep NAT and firewall state alive on an idle connection.
+
+    The bound measures both ends: a control host starved of CPU reads an answer late too.  So
+    when the bound passes while bytes from the host wait unread in this end's socket (the host
+    did send; this process has not read), it is waited for again, up to :data:`UNREAD_WINDOWS`
+    more times, and a cut-off after that says this end was behind."""
 
     def __init__(self, transport: paramiko.Transport, options: SshOptions) -> None:
         self.lost: str | None = None
@@ -523,8 +548,14 @@ class _Liveness:
             # never at a deadline of its own: it waits in a thread of its own.
             self._asking = threading.Thread(target=self._ask, args=(answered,), name="fleet-ssh-keepalive", daemon=True)
             self._asking.start()
-            if not answered.wait(self._within) and not self._stopped.is_set() and self._transport.is_active():
-                self.lost = f"no answer to SSH keepalives within {self._within:g}s"
+            behind = 0
+            while not answered.wait(self._within) and not self._stopped.is_set() and self._transport.is_active():
+                if behind < UNREAD_WINDOWS and unread(self._transport.sock):
+                    behind += 1
+                    continue
+                self.lost = f"no answer to SSH keepalives within {self._within * (behind + 1):g}s" + (
+                    f" ({self._within * behind:g}s of it with bytes from the host unread on this control host: "
+                    "this end may be overloaded)" if behind else "")  # fmt: skip
                 self._transport.close()
                 return
 
