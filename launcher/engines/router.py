@@ -192,6 +192,10 @@ class Program:
     ``vllm_router_pd_pending_decode_requests`` (prefilled, not yet sent to a decode: no engine
     counts these) and ``vllm_router_pd_active_decode_requests`` (at a decode), per worker, all 0
     before and after.  sglang-router 0.3.2's only in-flight gauge moves under some policies only.
+    ``ready_with_one_worker``: in regular mode its readiness passes once one of its workers is
+    healthy, the others dead (sglang-router 0.3.2, measured as above), so the watch may start it
+    before its broken workers (:mod:`launcher.watch.loop`); vllm-router 0.1.17's regular mode
+    with a worker dead is not measured, so it waits for its workers.
     """
 
     name: str  # the program as messages name it; also its metrics kind (launcher/observe/names.py)
@@ -201,6 +205,7 @@ class Program:
     pd_adds_workers: bool = True
     bootstrap_annotation: str = "sglang.ai/bootstrap-port"
     pd_inflight: tuple[str, ...] = ()
+    ready_with_one_worker: bool = False
 
     def runs(self, argv: Sequence[str]) -> bool:
         return tuple(argv[: len(self.entry)]) == self.entry
@@ -267,7 +272,7 @@ def discovery_selectors(argv: Sequence[str]) -> list[dict[str, str]]:
     return out
 
 
-SGLANG = Program(name="sglang-router", entry=SGLANG_ROUTER)
+SGLANG = Program(name="sglang-router", entry=SGLANG_ROUTER, ready_with_one_worker=True)
 VLLM = Program(name="vllm-router", entry=VLLM_ROUTER, pd_adds_workers=False, pd_inflight=(
     "vllm_router_pd_unknown_prefill_requests", "vllm_router_pd_pending_decode_requests",
     "vllm_router_pd_active_decode_requests",

@@ -12,6 +12,9 @@ kept open, reopened when a host comes back), a decision per restart group
   (:mod:`launcher.watch.homes`: regular, or a PD router's prefill/decode with its bootstrap port);
 - give up: the crash loop's mark written on the group's hosts (``fleet status`` shows it).
 
+A tick acts group after group (:func:`acting_order`): in plan order, a router after the engine
+groups its start gate waits for -- unless the router is ready with one healthy worker and one is.
+
 Beside the operator: a deploy lock held by anyone else (an operator's ``up``/``restart``/
 ``down``) pauses the watch for that deployment -- told once, and once more when it resumes; a
 lock of a fleet run of this control host that is gone is taken over by the session.  One watch
@@ -53,6 +56,7 @@ from launcher.output import Progress, QuietProgress, mask
 from launcher.rolling.router_api import RouterClient, RouterError
 from launcher.deploy import watchstate as state
 from launcher.deploy.watchstate import History
+from launcher.engines import router
 from launcher.watch.decide import Decision, Policy, Rank, broken_reason, decide
 from launcher.watch.events import Sink, WatchEvent
 from launcher.watch.homes import Home, homes, no_adds
@@ -122,6 +126,24 @@ def leader_url(units: Sequence[Desired]) -> str | None:
     if lead is None or lead.unit.role in INFRA_ROLES or lead.unit.health is None:
         return None
     return lead.unit.health.base
+
+
+def acting_order(decisions: Sequence[tuple[Decision, tuple[Desired, ...], History]]
+                 ) -> list[tuple[Decision, tuple[Desired, ...], History]]:  # fmt: skip
+    """The order a tick acts in: the plan's (a router after the engine groups its start gate
+    waits for), except that a regular-mode router whose program is ready with one healthy worker
+    (:attr:`~launcher.engines.router.Program.ready_with_one_worker`) goes first while an engine
+    group of the deployment is healthy: it serves again through that group while the broken
+    ones start, instead of after their cold starts (minutes for a large model)."""
+    serving = any(d.kind == "healthy" and leader_url(units) is not None for d, units, _ in decisions)
+    return sorted(decisions, key=lambda x: not (serving and _ready_with_one_worker(x[1])))  # stable
+
+
+def _ready_with_one_worker(units: Sequence[Desired]) -> bool:
+    if len(units) != 1 or units[0].unit.role != "router":
+        return False
+    program = router.of_argv(units[0].unit.argv)
+    return program is not None and program.ready_with_one_worker and not program.is_pd(units[0].unit.argv)
 
 
 _ME = re.compile(rf"[^@\s]*@{re.escape(socket.gethostname())} pid={os.getpid()} start=(?P<start>[0-9.]+) ")
@@ -322,7 +344,7 @@ class Watch:
             decisions.append((d, units, hist))
         if self.on_survey is not None:
             self.on_survey(dep, counts, now)
-        for d, units, hist in decisions:
+        for d, units, hist in acting_order(decisions):
             self._act(w, d, units, hist)
 
     # -- where the deployment lives (spares)

@@ -27,6 +27,9 @@ Kimi TP8 PP2 recipe (``rank0`` on h1:h2, ``rank1`` on h3:h4) behind the deployme
 8. the watch SIGTERMed mid-recreation (held by ``FLEET_STEP_HOOK`` at the health gate, its ranks
    started): it tears the group down as ``fleet up`` does -- no rank left running, no lock, no
    claim -- and exits 143 with one line; the next watch recreates the group.
+9. the router and a rank of ``rank0`` killed together while ``rank1`` serves: the watch restarts
+   the router first (sglang-router is ready with one healthy worker), so requests through it are
+   answered while ``rank0`` is recreated, then puts ``rank0`` back into it.
 
 Each case ends with every unit running, both leaders healthy in the router and no lock left.
 Run (root, ~3 min): ``python -m pytest -q tests/watch/test_sandbox_watch.py``
@@ -51,7 +54,7 @@ import pytest
 from launcher.rolling.router_api import RouterClient
 from launcher.sandbox.client import Sandbox
 from tests.cli_process import Cli, until
-from tests.rolling.conftest import fleet, free_port, ok
+from tests.rolling.conftest import fleet, free_port, http, ok
 from tests.rolling.loadgen import LoadGen
 from tests.sandbox_playbooks import standin_playbook
 
@@ -476,3 +479,32 @@ def _broken_now(w: Watcher) -> bool:
         time.sleep(0.1)
     raise AssertionError(f"the next watch did nothing about {G0}:\n{w.stdout}")
 
+
+def test_a_dead_router_beside_a_broken_group_is_restarted_first(deployed: tuple[Sandbox, Path],
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    sb, pb = deployed
+    hold = pb.parent / "hold-order"
+    hold.mkdir()
+    (hold / "hook.sh").write_text(HOLD)
+    kill(sb, "h2")
+    res = sb.ssh("h5", f"docker kill $(docker ps -q --filter label=fleet.deployment={DEP})")
+    assert res.rc == 0, res.err
+    with monkeypatch.context() as env:  # the held watch's environment only
+        env.setenv("FLEET_STEP_HOOK", f"sh {hold / 'hook.sh'}")
+        env.setenv("HOLD_DIR", str(hold))
+        w = Watcher(sb, pb, "order")
+    try:
+        until("the watch held at rank0's health gate", lambda: (hold / "at").exists(), timeout=WAIT_S)
+        acted = [(e["kind"], e["group"]) for e in w.events() if e["kind"] in ("recreating", "recovered")]
+        assert acted == [("recreating", GR), ("recovered", GR), ("recreating", G0)], w.stdout
+        # While rank0 starts, the restarted router answers through rank1.
+        code, doc = http(f"http://{sb.host('h5').address}:{ROUTER}/generate",
+                         {"text": "while rank0 starts", "sampling_params": {"max_new_tokens": 2}}, timeout=60)  # fmt: skip
+        assert code == 200 and doc["fleet_standin"]["host"] == "h3", (code, doc)
+        (hold / "go").touch()
+        w.wait("recovered", G0)
+        print(f"router first: {[(e['kind'], e['group'], e['message']) for e in w.events() if e['kind'] != 'note']}")
+    finally:
+        (hold / "go").touch()
+        w.stop()
+    serving(sb, pb)
