@@ -15,13 +15,19 @@ sessions are removed first), FLEET_SANDBOX_DOCKER
 (1; 0 = hosts without dockerd); FLEET_SSH_DEAD_AFTER_S (the SSH liveness bound of the ``fleet`` runs of a
 session with sandbox or real-engine tests: :mod:`tests.loaded`'s unless set).  The fixture skips, printing why, where the sandbox cannot run
 (not Linux/root, no sshd/ip/dockerd binaries).
+
+``interrupts``: real SIGINTs to this process, taken as Python's default takes them, recorded
+(:func:`sigint_taken` sends one from a worker thread and waits until the main thread has it).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
+import time
+from types import FrameType
 from typing import Any, Iterator
 
 import pytest
@@ -86,3 +92,34 @@ def sandbox_fleet(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
     finally:
         handle.close()
         fleet.down(name)
+
+
+@pytest.fixture
+def interrupts(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
+    """SIGINT raises KeyboardInterrupt in the main thread as Python's default does, and each one
+    taken is recorded (so a worker can wait until the main thread has it); the fan-out's abandon
+    grace is cut so that a case that abandons work does not wait it out."""
+    from launcher.execute import fanout
+
+    taken: list[float] = []
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        taken.append(time.monotonic())
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fanout, "INTERRUPT_GRACE_S", 0.05)
+    before = signal.signal(signal.SIGINT, handler)
+    try:
+        yield taken
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def sigint_taken(interrupts: list[float]) -> None:
+    """From a worker thread: a SIGINT to this process, returning once the main thread took it."""
+    taken = len(interrupts)
+    os.kill(os.getpid(), signal.SIGINT)
+    deadline = time.monotonic() + 30
+    while len(interrupts) == taken:
+        assert time.monotonic() < deadline, "the interrupt was not taken"
+        time.sleep(0.01)

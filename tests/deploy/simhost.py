@@ -15,7 +15,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from launcher.runtimes import container, docker
 from launcher.deploy import lock, steps, wait
@@ -24,6 +24,9 @@ from launcher.execute.command import Command
 from launcher.execute.transport import Result, check_put_args
 from launcher import hosthttp
 from launcher.rolling import restore
+
+if TYPE_CHECKING:
+    import pytest
 
 
 @dataclass
@@ -350,3 +353,27 @@ _SCRIPTS = {
     restore._READ_PREV: SimHost.read_prev,
     restore._SWAP: SimHost.swap,
 }
+
+
+def interrupt_first_release(monkeypatch: "pytest.MonkeyPatch", interrupts: list[float], host: str = "h2") -> None:
+    """``host``'s first lock release (of any lock) sends a SIGINT, taken by the main thread (the
+    ``interrupts`` fixture), and finishes half a second later -- unless its connection was closed
+    meanwhile (it then fails, as SSH does)."""
+    import threading
+    import time
+
+    from tests.conftest import sigint_taken
+
+    plain = SimHost.lock_release
+    first = threading.Lock()  # released never: only the first release of host takes it
+
+    def release(self: SimHost, p: Sequence[str]) -> tuple[int, str, str]:
+        if self.name == host and first.acquire(blocking=False):
+            time.sleep(0.2)  # the main thread is waiting on the release by now
+            sigint_taken(interrupts)
+            time.sleep(0.5)
+            if self.closed:
+                return 255, "", "connection closed"
+        return plain(self, p)
+
+    monkeypatch.setitem(_SCRIPTS, lock._RELEASE, release)

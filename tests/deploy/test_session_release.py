@@ -7,61 +7,16 @@ refuse once closed; the interrupts are real SIGINTs to the main thread."""
 
 from __future__ import annotations
 
-import os
-import signal
-import threading
-import time
-from types import FrameType
-from typing import Iterator, Sequence
 
 import pytest
 
 from launcher.deploy import lock
 from launcher.deploy.session import DeploySession
-from launcher.execute import fanout
 from tests.deploy import simhost
 from tests.deploy.conftest import SimFleet
 from tests.deploy.factory import pp_plan, target
 
 HOSTS = ("h1", "h2", "h3")
-
-
-@pytest.fixture
-def interrupts(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
-    taken: list[float] = []
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        taken.append(time.monotonic())
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(fanout, "INTERRUPT_GRACE_S", 0.05)  # an abandoned release is cut at once
-    before = signal.signal(signal.SIGINT, handler)
-    try:
-        yield taken
-    finally:
-        signal.signal(signal.SIGINT, before)
-
-
-def interrupted_release(monkeypatch: pytest.MonkeyPatch, interrupts: list[float]) -> None:
-    """h2's release sends a SIGINT, taken by the main thread, and finishes half a second later --
-    unless its connection was closed meanwhile (it then fails, as SSH does)."""
-    plain = simhost.SimHost.lock_release
-
-    def release(self: simhost.SimHost, p: Sequence[str]) -> tuple[int, str, str]:
-        if self.name == "h2":
-            taken = len(interrupts)
-            time.sleep(0.2)  # the main thread is waiting on the release by now
-            os.kill(os.getpid(), signal.SIGINT)
-            deadline = time.monotonic() + 30
-            while len(interrupts) == taken:
-                assert time.monotonic() < deadline, "the interrupt was not taken"
-                time.sleep(0.01)
-            time.sleep(0.5)
-            if self.closed:
-                return 255, "", "connection closed"
-        return plain(self, p)
-
-    monkeypatch.setitem(simhost._SCRIPTS, lock._RELEASE, release)
 
 
 def held(sim: SimFleet) -> list[str]:
@@ -76,7 +31,7 @@ def ended(sim: SimFleet, monkeypatch: pytest.MonkeyPatch, interrupts: list[float
         with s:
             s.lock_and_survey(force=False, images=False)
             assert held(sim) == list(HOSTS)
-            interrupted_release(monkeypatch, interrupts)
+            simhost.interrupt_first_release(monkeypatch, interrupts)
             if by_interrupt:
                 raise KeyboardInterrupt
     return s

@@ -9,32 +9,11 @@ import os
 import signal
 import threading
 import time
-from types import FrameType
-from typing import Iterator, Sequence, overload
+from typing import Sequence, overload
 
 import pytest
 
-from launcher.execute import fanout
 from launcher.execute.fanout import Interrupted, each
-
-
-@pytest.fixture
-def interrupts(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
-    """SIGINT raises KeyboardInterrupt in the main thread as Python's default does, and each one
-    taken is recorded (so a worker can wait until the main thread has it); the abandon grace is
-    cut so that the case it covers does not wait it out."""
-    taken: list[float] = []
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        taken.append(time.monotonic())
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(fanout, "INTERRUPT_GRACE_S", 0.05)
-    before = signal.signal(signal.SIGINT, handler)
-    try:
-        yield taken
-    finally:
-        signal.signal(signal.SIGINT, before)
 
 
 def interrupt_main() -> None:

@@ -51,6 +51,17 @@ def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
     host.close()
 
 
+def watched(pair: tuple[socket.socket, socket.socket], options: SshOptions = OPTIONS, *,
+            unread_bytes: bool) -> tuple[Transport, _Liveness]:
+    """A liveness watch over this end of ``pair`` (with bytes from the other end waiting unread
+    in it, if ``unread_bytes``)."""
+    here, host = pair
+    if unread_bytes:
+        host.sendall(b"an answer this process has not read")
+    t = Transport(here)
+    return t, _Liveness(t, options)  # type: ignore[arg-type]
+
+
 def lost_after(t: Transport, live: _Liveness) -> float:
     began = time.monotonic()
     assert t.closed.wait(30), "never cut off"
@@ -71,8 +82,7 @@ def test_unread_tells_pending_bytes(pair: tuple[socket.socket, socket.socket]) -
 
 
 def test_nothing_unread_is_cut_at_the_bound(pair: tuple[socket.socket, socket.socket]) -> None:
-    t = Transport(pair[0])
-    live = _Liveness(t, OPTIONS)  # type: ignore[arg-type]
+    t, live = watched(pair, unread_bytes=False)
     lost_after(t, live)
     assert live.lost == "no answer to SSH keepalives within 0.3s"
 
@@ -80,10 +90,7 @@ def test_nothing_unread_is_cut_at_the_bound(pair: tuple[socket.socket, socket.so
 def test_bytes_unread_here_earn_more_windows_then_say_this_end_was_behind(
     pair: tuple[socket.socket, socket.socket],
 ) -> None:  # fmt: skip
-    here, host = pair
-    host.sendall(b"an answer this process has not read")
-    t = Transport(here)
-    live = _Liveness(t, OPTIONS)  # type: ignore[arg-type]
+    t, live = watched(pair, unread_bytes=True)
     lost_after(t, live)
     windows = ssh.UNREAD_WINDOWS
     assert live.lost == (f"no answer to SSH keepalives within {0.3 * (windows + 1):g}s ({0.3 * windows:g}s of it with "
@@ -93,10 +100,7 @@ def test_bytes_unread_here_earn_more_windows_then_say_this_end_was_behind(
 def test_an_answer_read_late_within_the_extra_windows_keeps_the_connection(
     pair: tuple[socket.socket, socket.socket],
 ) -> None:  # fmt: skip
-    here, host = pair
-    host.sendall(b"an answer this process has not read")
-    t = Transport(here)
-    live = _Liveness(t, dataclasses.replace(OPTIONS, dead_after_s=2.0))  # type: ignore[arg-type]
+    t, live = watched(pair, dataclasses.replace(OPTIONS, dead_after_s=2.0), unread_bytes=True)
     time.sleep(0.05 + 2.0 * 1.5)  # past the first bound, inside the extra windows (8 s in all)
     t.answer.set()  # this end reads the answer at last
     time.sleep(2.0)
