@@ -193,7 +193,8 @@ class Program:
     counts these) and ``vllm_router_pd_active_decode_requests`` (at a decode), per worker, all 0
     before and after.  sglang-router 0.3.2's only in-flight gauge moves under some policies only.
     ``ready_with_one_worker``: in regular mode its readiness passes once one of its workers is
-    healthy, the others dead (sglang-router 0.3.2, measured as above), so the watch may start it
+    healthy, the others dead (sglang-router 0.3.2: as above, and with a dead worker listed
+    before a live one, 200 after 3.7 s, only the live one registered), so the watch may start it
     before its broken workers (:mod:`launcher.watch.loop`); vllm-router 0.1.17's regular mode
     with a worker dead is not measured, so it waits for its workers.
     """

@@ -20,7 +20,7 @@ a ``vllm`` dist-info shim of the same version sits beside it.  torch is the CPU 
 One change to a wheel, for this machine's CPU only: NIXL's Python agent hard-codes its progress
 thread's delay to 0 (``agent_config.pthrDelay = 0`` in ``nixl_cu12/_api.py``), and UCX's shared
 progress thread then spins -- measured in CI: each idle prefill or decode engine's thread took
-~0.2-0.6 of a core (epoll_wait and sched_yield in a loop) for as long as it ran, CPU the sandbox's
+0.2-0.45 of a core (epoll_wait and sched_yield in a loop) for as long as it ran, CPU the sandbox's
 other tiers and engines wait for (an idle agent alone: 7.16 CPU-seconds in 10 s).  The image sets
 it to :data:`NIXL_PROGRESS_DELAY_US` (the same agent: 0.13 CPU-seconds in 10 s).  GPU images keep
 NIXL's default; nothing fleet renders changes.
