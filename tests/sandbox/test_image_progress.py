@@ -4,7 +4,8 @@ exact (durations aside), then where the template is on stdout; a cached build pr
 line, only that one.  The same for ``--real-engine``.
 
 No root, network or docker: on a tmp FLEET_SANDBOX_CACHE the slow steps are stubs -- ``apt-get
-download`` and ``pip download`` (they leave empty debs and minimal wheels), ``dpkg -x`` (it leaves the directories), the
+download`` and ``pip download`` (they leave empty debs and minimal wheels; NIXL's holds the line
+the build changes), ``dpkg -x`` (it leaves the directories), the
 image's python in its chroot (the tiny model's generator leaves a config), the template's
 dockerd and ``docker import``.  The CLI, the cache layout, the wheel installs, the rootfs copy and
 the tars run for real.
@@ -52,8 +53,11 @@ class Stubs:
             for pin in cmd[at + 2:]:
                 name, _, version = pin.partition("==")
                 wheel = Path(cmd[at + 1]) / f"{re.sub(r'[-_.]+', '_', name).lower()}-{version.lower()}-py3-none-any.whl"
+                module = re.sub(r"[-_.]+", "_", name).lower()
                 with zipfile.ZipFile(wheel, "w") as zf:
-                    zf.writestr(f"{re.sub(r'[-_.]+', '_', name).lower()}/__init__.py", "")
+                    zf.writestr(f"{module}/__init__.py", "")
+                    if module == "nixl_cu12":  # the line the build changes (realimage._nixl_progress_delay)
+                        zf.writestr(f"{module}/_api.py", "        agent_config.pthrDelay = 0\n")
         elif tuple(cmd[:2]) == ("dpkg", "-x"):
             for sub in ("usr/bin", "bin"):  # where the packages' programs go
                 (Path(cmd[3]) / sub).mkdir(parents=True, exist_ok=True)

@@ -189,7 +189,10 @@ def test_warm_reads_the_staged_copies_into_the_page_cache(sandbox_fleet: Sandbox
     # every page, is what warming can promise.
     assert all(0.95 * size <= h["resident_after"] <= size for h in doc["hosts"]), doc["hosts"]
     assert _resident(files) >= 0.95 * size * len(HOSTS)
-    assert r.stderr.splitlines()[-1] == f"fleet: weights warm: {len(HOSTS)} host(s), {size * len(HOSTS)} bytes read into the page cache"
+    # The line counts what became resident, as the table's columns do (a page reclaimed before the
+    # count is not in it: session 19's ci18 read 28 pages fewer than were read).
+    warmed = sum(h["resident_after"] - h["resident_before"] for h in doc["hosts"])
+    assert r.stderr.splitlines()[-1] == f"fleet: weights warm: {len(HOSTS)} host(s), {warmed} bytes read into the page cache"
 
 
 def test_preflight_and_up_read_the_manifests(sandbox_fleet: Sandbox, source: Path, tmp_path: Path) -> None:
