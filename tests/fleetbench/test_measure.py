@@ -7,18 +7,18 @@ agrees on every request."""
 
 from __future__ import annotations
 
+import time
+import urllib.request
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from launcher.bench.client import LevelSpec, aiperf_argv, aiperf_path, run_level
-import urllib.request
-
 from launcher.bench.results import level_from_aiperf
 from launcher.bench.run import Sweep, level_duration, sweep_levels
 from launcher.config.benchspec import Shape, Slo
-from launcher.observe.load import PrefixCache, prefix_cache
+from launcher.observe.load import PrefixCache, prefix_cache, read
 from launcher.observe.names import names_for
 from tests.sandbox.test_standin import Proc, free_port, procs, wait_status  # noqa: F401 - procs: fixture
 
@@ -34,6 +34,12 @@ def standin(procs: list[Proc], **env: str) -> str:
     url = f"http://127.0.0.1:{port}"
     wait_status(f"{url}/health", 200)
     return url
+
+
+def _metrics(url: str) -> str:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=30) as r:
+        text: str = r.read().decode()
+    return text
 
 
 def spec(url: str, out: int, concurrency: int, requests: int) -> LevelSpec:
@@ -84,8 +90,7 @@ def test_each_level_sends_its_own_prompts_and_a_seed_repeats_them(procs: list[Pr
     url = standin(procs, FLEET_STANDIN_TOKEN_MS="2")
 
     def cache() -> PrefixCache | None:
-        with urllib.request.urlopen(f"{url}/metrics", timeout=5) as r:
-            return prefix_cache(names_for("vllm"), r.read().decode())
+        return prefix_cache(names_for("vllm"), _metrics(url))
 
     def sweep(seed: int, out: Path) -> tuple[int | None, ...]:
         s = Sweep(url=url, model="tiny", tokenizer="fleet-words", shape=Shape(label="t", input_len=256, output_len=4),
@@ -111,15 +116,21 @@ def test_requests_cancelled_at_the_levels_end_are_counted_apart_from_failures(pr
     """Issue 29 item 9: aiperf cancels what is still in flight when the duration and its grace
     are over, and leaves those requests out of every count of its export; fleet reads them from
     its log as ``cancelled`` -- not failed, not dropped (attainment counts them as sent).  The
-    stand-in (100 ms a token, 40 tokens: 4 s a request) is cut at 6 s + 1 s grace: the first
-    two complete (2 s to spare: a CI run at load ~70 took over a second more than 4 s, when the
-    duration was 5 s), the next two, begun at 4 s at the earliest, are cancelled in flight (its
-    log: aborted) at 7 s, a second before they could end; no more start."""
-    url = standin(procs, FLEET_STANDIN_TOKEN_MS="100")
-    s = replace(spec(url, 40, 2, 6), duration_s=6, grace=1)
+    stand-in answers its first two requests (10 tokens, 1 s each) and wedges on every later one
+    (FLEET_STANDIN_STALL_AFTER), so the cut at 8 s + 1 s grace finds exactly the next two in
+    flight however slow the machine (the first two have 7 s to spare; an earlier version, where
+    every request took 4 s, lost its second pair to a load-99 CI run that needed over 6 s for
+    the first); no more start."""
+    url = standin(procs, FLEET_STANDIN_TOKEN_MS="100", FLEET_STANDIN_STALL_AFTER="2")
+    s = replace(spec(url, 10, 2, 6), duration_s=8, grace=1)
     lv = level_from_aiperf(run_level(s, tmp_path, {}), 2)
     assert (lv.completed, lv.failed, lv.cancelled) == (2, 0, 2)
     assert lv.attainment == pytest.approx(0.5)
+    # the wedged two leave once the stand-in sees aiperf's closed connections; a SIGTERM before
+    # that would find them in flight (vLLM's shutdown: they stay until the kill)
+    deadline = time.monotonic() + 60
+    while read(names_for("vllm"), _metrics(url)).running and time.monotonic() < deadline:
+        time.sleep(0.1)
     procs[0].p.terminate()
     _, events, _ = procs[0].finish()
     kinds = [e["event"] for e in events]

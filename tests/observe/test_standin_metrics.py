@@ -60,8 +60,10 @@ def test_running_and_waiting_follow_the_load_in_the_engines_names(procs: list[Pr
         assert f"{hist}_bucket" in exposed and f"{hist}_count" in exposed, hist
     idle = read(names, text)
     assert (idle.running, idle.waiting, idle.kv_usage) == (0, 0, 0)
-    threads = _requests(base, 5, 25)  # 25 tokens x 40 ms: ~1 s each, 2 at a time
-    deadline = time.monotonic() + 10
+    # 100 tokens x 40 ms: 4 s each, 2 at a time: the five read (2, 3) for 4 s once the last one
+    # arrived (1 s requests ended before a CI run at load ~99 read it)
+    threads = _requests(base, 5, 100)
+    deadline = time.monotonic() + 60
     busy = read(*_load(base, engine))
     while (busy.running, busy.waiting) != (2, 3) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -72,7 +74,7 @@ def test_running_and_waiting_follow_the_load_in_the_engines_names(procs: list[Pr
         t.join()
     done = read(*_load(base, engine))
     assert (done.running, done.waiting, done.kv_usage) == (0, 0, 0)
-    assert done.generation_tokens == 5 * 25 and done.requests == 5
+    assert done.generation_tokens == 5 * 100 and done.requests == 5
     # one TPOT observation per request (issue 29 item 10: SGLang 0.5.23 has it as vLLM does)
     assert names.tpot and samples(_load(base, engine)[1])[f"{names.tpot}_count"][0][1] == 5
 

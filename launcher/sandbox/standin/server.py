@@ -23,7 +23,9 @@ because this machine has no GPUs.  It honours the real contract, not a simplifie
   up; a long first token -- a prefill -- keeps a loaded machine's scheduling noise a small part of
   TTFT), and ``usage`` counts the whitespace-separated words of the
   prompt and the tokens sent.  FLEET_STANDIN_FAIL_EVERY=N answers every Nth generation request
-  on this engine with HTTP 500 before any token (a failure a benchmark client must count).
+  on this engine with HTTP 500 before any token (a failure a benchmark client must count);
+  FLEET_STANDIN_STALL_AFTER=N admits every generation request after the Nth and sends it nothing
+  until its client goes away (a wedged engine: what a benchmark's end must cancel).
 - /metrics: the engine's own Prometheus names for load and latency (:mod:`standin.metrics`;
   SGLang only with ``--enable-metrics``, 404 otherwise, as SGLang); requests beyond
   ``--max-running-requests`` / ``--max-num-seqs`` (256) wait for a running slot.
@@ -73,6 +75,7 @@ import http.server
 import importlib
 import json
 import os
+import select
 import signal
 import socket
 import struct
@@ -612,7 +615,8 @@ class Engine:
         self.token_s = float(env.get("FLEET_STANDIN_TOKEN_MS", "20")) / 1000.0
         self.first_s = float(env.get("FLEET_STANDIN_FIRST_TOKEN_MS") or self.token_s * 1000.0) / 1000.0
         self.fail_every = int(env.get("FLEET_STANDIN_FAIL_EVERY", "0"))
-        self.generations = 0  # generation requests accepted, for FLEET_STANDIN_FAIL_EVERY
+        self.stall_after = int(env.get("FLEET_STANDIN_STALL_AFTER", "0"))
+        self.generations = 0  # generation requests accepted, for FAIL_EVERY and STALL_AFTER
         self.pd_timeout = float(env.get("FLEET_STANDIN_PD_TIMEOUT", "30"))
         self.healthy = threading.Event()
         self.draining = threading.Event()
@@ -639,11 +643,17 @@ class Engine:
             self.inflight += 1
             return True
 
-    def injected_failure(self) -> bool:
-        """True for every ``fail_every``-th generation request (FLEET_STANDIN_FAIL_EVERY)."""
+    def injection(self) -> str | None:
+        """Counts a generation request; ``"fail"`` for every ``fail_every``-th one
+        (FLEET_STANDIN_FAIL_EVERY), ``"stall"`` for every one after the ``stall_after``-th
+        (FLEET_STANDIN_STALL_AFTER), None for the rest."""
         with self.lock:
             self.generations += 1
-            return self.fail_every > 0 and self.generations % self.fail_every == 0
+            if self.fail_every > 0 and self.generations % self.fail_every == 0:
+                return "fail"
+            if 0 < self.stall_after < self.generations:
+                return "stall"
+            return None
 
     def leave(self) -> None:
         with self.lock:
@@ -835,12 +845,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self._json(503, {"error": {"message": "server is not ready", "code": 503}})
             return
         try:
-            if self.engine.injected_failure():
+            injected = self.engine.injection()
+            if injected == "fail":
                 LOG("request_failed", kind=kinds[path], error="FLEET_STANDIN_FAIL_EVERY")
                 self._json(500, {"error": {"message": "injected failure (FLEET_STANDIN_FAIL_EVERY)", "code": 500}})
                 return
             with self.engine.stats.admitted(_prompt_tokens(body)) as timing:
-                self._generate(kinds[path], body, timing)
+                if injected == "stall":
+                    self._stall(kinds[path])
+                else:
+                    self._generate(kinds[path], body, timing)
         finally:
             self.engine.leave()
 
@@ -965,6 +979,24 @@ class Handler(http.server.BaseHTTPRequestHandler):
             LOG("request_aborted", rid=rid, kind=kind, tokens=len(sent_text), reason="client gone")
             return
         LOG("request", rid=rid, kind=kind, tokens=n, stream=stream, **_origin_fields(origin))
+
+    def _stall(self, kind: str) -> None:
+        """Sends nothing until the client closes its end (FLEET_STANDIN_STALL_AFTER; the request
+        counts as running meanwhile): a closed connection reads as readable with no bytes left."""
+        LOG("request_start", kind=kind, stalled=True)
+        while not self.engine.aborted.is_set():
+            readable, _, _ = select.select([self.connection], [], [], 0.2)
+            if not readable:
+                continue
+            try:
+                gone = not self.connection.recv(1, socket.MSG_PEEK)
+            except ConnectionResetError:
+                gone = True
+            if gone:
+                LOG("request_aborted", kind=kind, tokens=0, reason="client gone")
+                return
+            time.sleep(0.2)  # bytes of a next request wait unread, as a wedged engine leaves them
+        threading.Event().wait()  # SIGTERM gave up on the requests in flight: open until the kill
 
     def _generation_error(self, stream: bool) -> None:
         """vLLM's answer to a request whose generation failed (finish_reason "error", as a KV load
