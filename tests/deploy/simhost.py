@@ -355,10 +355,15 @@ _SCRIPTS = {
 }
 
 
-def interrupt_first_release(monkeypatch: "pytest.MonkeyPatch", interrupts: list[float], host: str = "h2") -> None:
+def interrupt_first_release(monkeypatch: "pytest.MonkeyPatch", interrupts: list[float], host: str = "h2", *,
+                            abandoned: bool = False) -> None:
     """``host``'s first lock release (of any lock) sends a SIGINT, taken by the main thread (the
-    ``interrupts`` fixture), and finishes half a second later -- unless its connection was closed
-    meanwhile (it then fails, as SSH does)."""
+    ``interrupts`` fixture), then finishes -- unless its connection was closed meanwhile (it then
+    fails, as SSH does).  It finishes half a second after the SIGINT was taken; with
+    ``abandoned`` (the interrupt is one that abandons the release) only once its connection is
+    closed, or after :data:`ABANDON_BOUND_S` (a bound on a failure: a release that is waited for
+    instead of abandoned then finishes, and the lock it leaves released fails the test), so a
+    main thread slow to close the connections on a loaded machine cannot let it finish first."""
     import threading
     import time
 
@@ -371,9 +376,17 @@ def interrupt_first_release(monkeypatch: "pytest.MonkeyPatch", interrupts: list[
         if self.name == host and first.acquire(blocking=False):
             time.sleep(0.2)  # the main thread is waiting on the release by now
             sigint_taken(interrupts)
-            time.sleep(0.5)
+            if abandoned:
+                deadline = time.monotonic() + ABANDON_BOUND_S
+                while not self.closed and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            else:
+                time.sleep(0.5)
             if self.closed:
                 return 255, "", "connection closed"
         return plain(self, p)
 
     monkeypatch.setitem(_SCRIPTS, lock._RELEASE, release)
+
+
+ABANDON_BOUND_S = 60.0  # interrupt_first_release(abandoned=True): how long a release waits for its closed connection

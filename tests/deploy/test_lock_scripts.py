@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -86,7 +87,7 @@ def test_a_start_is_refused_without_running(shell: str, case: str, message: str,
 
 def _until_began(proc: subprocess.Popen[bytes], began: Path) -> None:
     """Until the command ``proc`` runs under the lock has touched ``began``."""
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 120  # a bound on a failure: a shell's start on a loaded machine
     while not began.exists():
         assert time.monotonic() < deadline and proc.poll() is None, "the start never began"
         time.sleep(0.02)
@@ -115,12 +116,13 @@ def test_a_fence_waits_for_the_running_start_then_cancels_the_rest_of_its_step(s
 @pytest.mark.parametrize("shell", SHELLS)
 def test_a_fence_gives_up_on_a_start_still_running(shell: str, lockdir: Path, tmp_path: Path) -> None:
     began = tmp_path / "began"
-    hung = subprocess.Popen(_serial(shell, lockdir, "s1", "sh", "-c", 'touch "$1"; exec sleep 30', "sh", str(began)))
+    hung = subprocess.Popen(_serial(shell, lockdir, "s1", "sh", "-c", 'touch "$1"; exec sleep 600', "sh", str(began)),
+                            start_new_session=True)  # fmt: skip
     try:
         _until_began(hung, began)
         res = _fence(shell, lockdir, "s1", 1)
     finally:
-        hung.kill()
+        os.killpg(hung.pid, signal.SIGKILL)  # the shell and its hung start
         hung.wait(10)
     assert (res.returncode, res.stderr) == (1, "a start is still running after 1s; its unit may come up later\n")
     assert not (lockdir / "fence").exists()
@@ -129,12 +131,13 @@ def test_a_fence_gives_up_on_a_start_still_running(shell: str, lockdir: Path, tm
 @pytest.mark.parametrize("shell", SHELLS)
 def test_a_start_behind_a_hung_one_gives_up_and_says_why(shell: str, lockdir: Path, tmp_path: Path) -> None:
     began, late = tmp_path / "began", tmp_path / "late"
-    hung = subprocess.Popen(_serial(shell, lockdir, "s0", "sh", "-c", 'touch "$1"; exec sleep 30', "sh", str(began)))
+    hung = subprocess.Popen(_serial(shell, lockdir, "s0", "sh", "-c", 'touch "$1"; exec sleep 600', "sh", str(began)),
+                            start_new_session=True)  # fmt: skip
     try:
         _until_began(hung, began)
         res = subprocess.run(_serial(shell, lockdir, "s1", "touch", str(late), wait_s=1), capture_output=True, text=True, timeout=30)
     finally:
-        hung.kill()
+        os.killpg(hung.pid, signal.SIGKILL)  # the shell and its hung start
         hung.wait(10)
     assert (res.returncode, res.stderr) == (75, "not started: another start of this deployment still runs on this host "
                                                 "after 1s (left by an interrupted run?)\n")  # fmt: skip

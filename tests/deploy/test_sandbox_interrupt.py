@@ -1,9 +1,10 @@
 """Ctrl-C on the sandbox fleet (real sshd and dockerd per host, the engine stand-in), through the
 real ``fleet`` CLI in a subprocess that gets SIGINT, as an operator's terminal sends it.
 
-- ``fleet up`` interrupted in its health gate (the stand-ins delay readiness by 60 s) and in its
+- ``fleet up`` interrupted in its health gate (the stand-ins delay readiness by 600 s) and in its
   preflight gate (the hosts' nvidia-smi hangs): exit 130 with ``fleet: interrupted`` last on
-  stderr, the process (and anything it started) gone within seconds, no container of the
+  stderr, the process (and anything it started) gone well before the hung work would have
+  ended (``EXIT_S``; every hang here lasts ``HANG_S``), no container of the
   deployment left on any host, the deploy lock released (a new ``fleet up`` goes through), and
   no fleet SSH session left open on the hosts.
 - ``fleet up`` interrupted while its preflight probes reachability (h7's connect probe hangs):
@@ -13,8 +14,9 @@ real ``fleet`` CLI in a subprocess that gets SIGINT, as an operator's terminal s
   inspect hangs): the same promises -- fleet does not wait out the hung command, and the locks
   it took are released.
 - ``fleet up`` interrupted while one host's ``docker run`` is still under way (its docker shim
-  takes 3x the grace fleet gives a running command, ``fanout.INTERRUPT_GRACE_S``): the same promises, and that
-  host's container, started after the interrupt, is stopped before fleet exits.
+  holds it until fleet, past the grace it gives a running command, ``fanout.INTERRUPT_GRACE_S``,
+  has begun its teardown): the same promises, and that host's container, started after the
+  interrupt, is stopped before fleet exits.
 - ``fleet logs -f``: both units' lines arrive prefixed ``host/unit | ``, a line logged after the
   follow began shows up (also with ``--tail 0``, which shows only new lines), and Ctrl-C ends it
   (exit 130) leaving no ``docker logs`` on the hosts.
@@ -34,7 +36,6 @@ from typing import Callable, Iterator
 
 import pytest
 
-from launcher.execute.fanout import INTERRUPT_GRACE_S
 from launcher.sandbox.client import Sandbox
 from tests.cli_process import CliProcess, local_conns, peers
 
@@ -46,16 +47,25 @@ DEPLOYMENT = "sb-pp2"
 HOSTS = ("h6", "h7")
 LISTENER = "fleet-preflight-listener"  # in the preflight's reachability listener's argv
 UNITS = {"h6": "fleet-sb-pp2-rank0-r0", "h7": "fleet-sb-pp2-rank0-r1"}
-EXIT_S = 15.0  # safety timeout: Ctrl-C must end fleet well within this
-WAIT_S = 60.0  # safety timeout for a state the test waits for
+# Safety timeout: Ctrl-C must end fleet within this.  It bounds the clean-up (new connections,
+# containers removed, locks released: seconds when quiet, tens of seconds at CI's load ~99 on two
+# cores), and stays far below HANG_S, so a fleet that waited out a hung command still fails.
+EXIT_S = 90.0
+HANG_S = 600  # how long the hung commands (and the delayed readiness) of these cases last; they are ended after
+WAIT_S = 120.0  # safety timeout for a state the test waits for
 
 
 def playbook(tmp_path: Path, delay_s: int) -> Path:
-    """pp2.yaml with the stand-ins' readiness delayed by ``delay_s`` (same name: same deployment)."""
+    """pp2.yaml with the stand-ins' readiness delayed by ``delay_s`` (same name: same deployment),
+    and a start deadline past that delay (the health gate then lasts until the interrupt)."""
     extra = f'  env:\n    FLEET_STANDIN_START_DELAY: "{delay_s}"\n'
     dest = tmp_path / f"delay{delay_s}" / PP2.name
     dest.parent.mkdir(exist_ok=True)
-    dest.write_text(PP2.read_text().replace("overrides:\n", "overrides:\n" + extra, 1))
+    text = PP2.read_text()
+    if delay_s:
+        assert "  start_timeout_s: 90\n" in text
+        text = text.replace("  start_timeout_s: 90\n", f"  start_timeout_s: {2 * delay_s}\n")
+    dest.write_text(text.replace("overrides:\n", "overrides:\n" + extra, 1))
     return dest
 
 
@@ -73,10 +83,12 @@ class Fleet(CliProcess):
     def __init__(self, sb: Sandbox, tmp_path: Path, *args: str, name: str = "fleet") -> None:
         super().__init__(argv(sb, *args), tmp_path, name)
 
-    def interrupt(self, sig: signal.Signals = signal.SIGINT) -> int:
+    def interrupt(self, sig: signal.Signals = signal.SIGINT, meanwhile: Callable[[], None] | None = None) -> int:
         """SIGINT, as Ctrl-C sends it (or ``sig``); the exit status (fails if fleet outlives
-        ``EXIT_S``)."""
+        ``EXIT_S`` after it, and after ``meanwhile``, when given, has returned)."""
         self.sigint(sig)
+        if meanwhile is not None:
+            meanwhile()
         try:
             rc = self.proc.wait(timeout=EXIT_S)
         except subprocess.TimeoutExpired:
@@ -168,9 +180,9 @@ def test_ctrl_c_in_health_gate_leaves_nothing_half_up(
 ) -> None:
     """Ctrl-C; also SIGTERM (a job runner cancelling fleet) and SIGHUP (the operator's SSH
     session to the control host dropped), which clean up the same way."""
-    fleet = Fleet(sb, tmp_path, "up", str(playbook(tmp_path, 60)), "--skip-preflight")
+    fleet = Fleet(sb, tmp_path, "up", str(playbook(tmp_path, HANG_S)), "--skip-preflight")
     try:
-        # Both ranks started; their stand-ins stay unready for 60 s: fleet is in its health gate.
+        # Both ranks started; their stand-ins stay unready for HANG_S: fleet is in its health gate.
         wait_for("containers on both hosts", lambda: all(containers(sb, h) for h in HOSTS), fleet)
         assert all(locked(sb, h) for h in HOSTS), "the deploy holds its lock while it waits"
         conns = fleet_ssh(sb, fleet)
@@ -192,7 +204,7 @@ def test_ctrl_c_in_preflight_gate_starts_nothing(sb: Sandbox, tmp_path: Path) ->
     wrappers = {h: Path(sb.host(h).dir) / "fakehw" / "bin" / "nvidia-smi" for h in HOSTS}
     originals = {h: w.read_text() for h, w in wrappers.items()}
     for h, w in wrappers.items():
-        hang = f"touch /run/{marker}; python3 -c 'import time; time.sleep(30)' {marker}\n"
+        hang = f"touch /run/{marker}; python3 -c 'import time; time.sleep({HANG_S})' {marker}\n"
         w.write_text(originals[h].replace("#!/bin/sh\n", "#!/bin/sh\n" + hang, 1))
     try:
         fleet = Fleet(sb, tmp_path, "up", str(playbook(tmp_path, 0)))
@@ -224,8 +236,9 @@ def test_ctrl_c_in_preflight_reachability_leaves_no_listener(sb: Sandbox, tmp_pa
     marker = "fleet-int-reach"
     shim = Path(sb.host("h7").dir) / "fakehw" / "bin" / "python3"
     shim.write_text(
-        '#!/bin/sh\ncase "$*" in *fleet-preflight-client*) touch /run/%s; sleep 30;; esac\n'
-        'exec /usr/bin/python3 "$@"\n' % marker
+        '#!/bin/sh\ncase "$*" in *fleet-preflight-client*) touch /run/%s; '
+        "exec /usr/bin/python3 -c 'import time; time.sleep(%d)' %s;; esac\n"
+        'exec /usr/bin/python3 "$@"\n' % (marker, HANG_S, marker)
     )
     shim.chmod(0o755)
     try:
@@ -238,6 +251,8 @@ def test_ctrl_c_in_preflight_reachability_leaves_no_listener(sb: Sandbox, tmp_pa
             fleet.close()
     finally:
         shim.unlink()
+        for pid in pids(sb, "h7", marker):  # the hung probe (it would end by itself)
+            sb.ssh("h7", f"kill {pid}")
         sb.ssh("h7", f"rm -f /run/{marker}")
     assert rc == 130, fleet.stderr
     assert fleet.stderr.endswith("fleet: interrupted\n"), fleet.stderr
@@ -259,7 +274,7 @@ def test_ctrl_c_while_a_host_hangs_in_the_survey_is_prompt_and_unlocks(sb: Sandb
     for shim in shims.values():
         shim.write_text(
             '#!/bin/sh\ncase "$1 $2" in "image inspect") touch /run/%s; '
-            "python3 -c 'import time; time.sleep(60)' %s;; esac\nexec %s \"$@\"\n" % (marker, marker, docker)
+            "python3 -c 'import time; time.sleep(%d)' %s;; esac\nexec %s \"$@\"\n" % (marker, HANG_S, marker, docker)
         )
         shim.chmod(0o755)
     try:
@@ -283,34 +298,52 @@ def test_ctrl_c_while_a_host_hangs_in_the_survey_is_prompt_and_unlocks(sb: Sandb
     up_again(sb, tmp_path)
 
 
-def test_ctrl_c_while_a_host_is_still_starting_its_unit_leaves_nothing_up(sb: Sandbox, tmp_path: Path) -> None:
-    # h7's `docker run` takes 3x the grace (its docker shim waits first): Ctrl-C lands while it runs, and
-    # fleet stops waiting for it after its short grace.  Its teardown must come after that
-    # start on the host, not beside it: no container may come up once fleet has exited.
-    began, ended = "fleet-int-start", "fleet-int-started"
+def test_ctrl_c_while_a_host_is_still_starting_its_unit_leaves_nothing_up(
+    sb: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    # h7's `docker run` is held by its docker shim (which waits for a go file first) until fleet,
+    # interrupted, has stopped waiting for it after its short grace (INTERRUPT_GRACE_S) and begun
+    # its teardown (the step hook says so); only then does the run go ahead.  Its teardown must
+    # come after that start on the host, not beside it: no container may come up once fleet has
+    # exited.  (Held by events, not a fixed sleep: at CI's load the interrupt could land after a
+    # fixed hold had ended.)
+    began, go, ended = "fleet-int-start", "fleet-int-start-go", "fleet-int-started"
     docker = shutil.which("docker")
     assert docker is not None
     shim = Path(sb.host("h7").dir) / "fakehw" / "bin" / "docker"
     shim.write_text(
         '#!/bin/sh\n[ "$1" = run ] || exec %s "$@"\n'
-        "touch /run/%s; python3 -c 'import time; time.sleep(%g)' %s\n"
-        '%s "$@"; rc=$?; touch /run/%s; exit $rc\n' % (docker, began, 3 * INTERRUPT_GRACE_S, began, docker, ended)
+        "touch /run/%s\n"
+        "python3 -c 'import os, sys, time\nwhile not os.path.exists(sys.argv[1]): time.sleep(0.05)' /run/%s %s || exit 1\n"
+        '%s "$@"; rc=$?; touch /run/%s; exit $rc\n' % (docker, began, go, began, docker, ended)
     )
     shim.chmod(0o755)
+    hook = tmp_path / "teardown-hook.sh"
+    teardown = tmp_path / "teardown"
+    hook.write_text(f'[ "$FLEET_STEP" != teardown ] || touch {teardown}\n')
+
+    def release_the_start() -> None:
+        wait_for("fleet's teardown after the interrupt", teardown.exists, fleet)
+        assert sb.ssh("h7", f"test -e /run/{ended}").rc != 0, "h7's docker run ended before the teardown"
+        res = sb.ssh("h7", f"touch /run/{go}")
+        assert res.rc == 0, res.err
+
     try:
-        fleet = Fleet(sb, tmp_path, "up", str(playbook(tmp_path, 0)), "--skip-preflight")
+        with monkeypatch.context() as env:  # this fleet's environment only
+            env.setenv("FLEET_STEP_HOOK", f"sh {hook}")
+            fleet = Fleet(sb, tmp_path, "up", str(playbook(tmp_path, 0)), "--skip-preflight")
         try:
             wait_for("h7's docker run", lambda: sb.ssh("h7", f"test -e /run/{began}").rc == 0, fleet)
             conns = fleet_ssh(sb, fleet)
-            rc = fleet.interrupt()
+            rc = fleet.interrupt(meanwhile=release_the_start)
         finally:
             fleet.close()
-        wait_for("h7's docker run to end", lambda: sb.ssh("h7", f"test -e /run/{ended}").rc == 0, timeout=30)
+        wait_for("h7's docker run to end", lambda: sb.ssh("h7", f"test -e /run/{ended}").rc == 0)
     finally:
         shim.unlink()
-        for pid in pids(sb, "h7", began):
+        for pid in pids(sb, "h7", began):  # a held start (a failure above): it then exits without running
             sb.ssh("h7", f"kill {pid}")
-        sb.ssh("h7", f"rm -f /run/{began} /run/{ended}")
+        sb.ssh("h7", f"rm -f /run/{began} /run/{go} /run/{ended}")
     assert rc == 130, fleet.stderr
     assert fleet.stderr.endswith("fleet: interrupted\n"), fleet.stderr
     no_trace_left(sb, conns)

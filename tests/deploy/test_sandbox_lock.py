@@ -12,7 +12,8 @@ sglang-router), through the real ``fleet`` CLI.
 - ``fleet unlock`` removes a deploy lock and a preflight claim left by a run of another control
   host, naming both.
 - Packets to h7's SSH port are dropped (nft in h7's namespace) once h7's step of ``fleet up`` is
-  done (an engine on h7 healthy; the router on h6 starting): up exits non-zero naming h7 and the
+  done (an engine on h7 healthy, the router on h6 too: fleet is held by its step hook just before
+  it releases the locks): up exits non-zero naming h7 and the
   exact ``fleet unlock`` command, and h7's lock stays.  With h7 reachable again the next ``fleet
   up`` sees the holder is gone (same control host, its process ended) and takes the lock over,
   saying so.
@@ -30,6 +31,7 @@ import pytest
 
 from launcher.sandbox.client import Sandbox
 from tests.cli_process import CliProcess
+from tests.deploy.test_sandbox_faults import HOOK
 from tests.deploy.test_sandbox_e2e import fleet, need_netns
 from tests.sandbox_playbooks import standin_playbook
 
@@ -39,6 +41,9 @@ REPO = Path(__file__).resolve().parents[2]
 SINGLE = REPO / "playbooks" / "sandbox" / "single.yaml"  # sb-single on h1
 NOBODY = "setpriv --reuid=65534 --regid=65534 --clear-groups"
 WAIT_S = 120.0
+# fleet's end once h7 is dropped: its release waits for the liveness bound (the session's
+# FLEET_SSH_DEAD_AFTER_S, tests/loaded.py: 60 s, after a keepalive interval of 10 s), so more.
+EXIT_S = 240.0
 
 LOST = standin_playbook("sb-lost", "qwen/sglang-tp2-h100-tuned", {"single": "h7", "router": "h6"}, start_timeout_s=60,
                         ports={"http": 31400, "router": 8400, "router_metrics": 29400})
@@ -120,25 +125,36 @@ def _drop_ssh(sb: Sandbox, host: str, drop: bool) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
-def test_a_lock_left_by_a_lost_connection_is_reported_then_taken_over(sandbox_fleet: Sandbox, tmp_path: Path) -> None:
+def test_a_lock_left_by_a_lost_connection_is_reported_then_taken_over(sandbox_fleet: Sandbox, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     sb = sandbox_fleet
     need_netns(sb)
     pb = tmp_path / "lost.yaml"
     pb.write_text(LOST)
     unlock = shlex.join(("fleet", "unlock", str(pb), "-i", sb.inventory))
-    up = CliProcess(["fleet", "up", str(pb), "--skip-preflight", "-i", sb.inventory, "--known-hosts", sb.known_hosts],
-                    tmp_path, "up")  # fmt: skip
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    (hold / "hook.sh").write_text(HOOK)
+    with monkeypatch.context() as env:  # this fleet's environment only: held before its release on h7
+        env.setenv("FLEET_STEP_HOOK", f"sh {hold / 'hook.sh'}")
+        env.setenv("FAULT_STEP", "release")
+        env.setenv("FAULT_HOST", "h7")
+        env.setenv("FAULT_DIR", str(hold))
+        up = CliProcess(["fleet", "up", str(pb), "--skip-preflight", "-i", sb.inventory, "--known-hosts",
+                         sb.known_hosts], tmp_path, "up")  # fmt: skip
     dropped = False
     try:
         deadline = time.monotonic() + WAIT_S
-        # h7's engine is healthy and h6's router step began: nothing more runs on h7 but the release.
-        while not any(line.startswith("h6/") and line.endswith(": installing") for line in up.stderr.splitlines()):
+        # Every step done (h7's engine and h6's router healthy): nothing more runs on h7 but the
+        # release, which waits until h7 is dropped.
+        while not (hold / "at").exists():
             assert up.proc.poll() is None, f"fleet exited {up.proc.returncode}:\n{up.stdout}\n{up.stderr}"
             assert time.monotonic() < deadline, up.stderr
             time.sleep(0.05)
         _drop_ssh(sb, "h7", True)
         dropped = True
-        rc = up.proc.wait(timeout=WAIT_S)
+        (hold / "go").touch()
+        rc = up.proc.wait(timeout=EXIT_S)
         out = up.stdout + up.stderr
         assert rc != 0, out
         # Its release found the connection gone (the liveness bound cut it off) or could not open a session on it.
@@ -153,6 +169,7 @@ def test_a_lock_left_by_a_lost_connection_is_reported_then_taken_over(sandbox_fl
         assert again.returncode == 0, again.stdout + again.stderr
         assert f"h7: took over the deploy lock of a fleet run that is gone ({held})" in again.stderr, again.stderr
     finally:
+        (hold / "go").touch()
         if dropped:
             _drop_ssh(sb, "h7", False)
         up.close()

@@ -31,7 +31,7 @@ def ended(sim: SimFleet, monkeypatch: pytest.MonkeyPatch, interrupts: list[float
         with s:
             s.lock_and_survey(force=False, images=False)
             assert held(sim) == list(HOSTS)
-            simhost.interrupt_first_release(monkeypatch, interrupts)
+            simhost.interrupt_first_release(monkeypatch, interrupts, abandoned=by_interrupt)
             if by_interrupt:
                 raise KeyboardInterrupt
     return s

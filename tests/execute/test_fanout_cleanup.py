@@ -5,10 +5,13 @@ SIGINT delivered to the main thread, which is waiting in :func:`each`."""
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import os
 import signal
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Sequence, overload
 
 import pytest
@@ -16,11 +19,29 @@ import pytest
 from launcher.execute.fanout import Interrupted, each
 
 
-def interrupt_main() -> None:
-    """SIGINT once the main thread waits in :func:`each` (every key is submitted before it waits:
-    a moment after a worker runs, it is there)."""
-    time.sleep(0.2)
+def interrupt_main(inside: str = "each") -> None:
+    """SIGINT once the main thread is blocked waiting for the keys in ``inside`` (:func:`each`,
+    or the clean-up's second wait after a first interrupt, ``_outwaited``): seen on its stack and
+    in its kernel state, not guessed from a pause, so a main thread slow to get there on a loaded
+    machine is waited for.  (Blocked, not only inside the call: a signal that lands just before the
+    thread blocks on its lock is not seen until the lock is released.)"""
+    until(f"the main thread blocked waiting in {inside}", lambda: _main_blocked_in(inside))
     os.kill(os.getpid(), signal.SIGINT)
+
+
+def _main_blocked_in(caller: str) -> bool:
+    """Whether the main thread sleeps in the lock of ``concurrent.futures.wait`` called by
+    ``caller`` (its innermost frame ``Condition.wait``, its task state S)."""
+    main = threading.main_thread()
+    frame = sys._current_frames().get(main.ident or 0)  # noqa: SLF001 - a stack read
+    if frame is None or frame.f_code is not threading.Condition.wait.__code__:
+        return False
+    while frame is not None and frame.f_code is not cf.wait.__code__:
+        frame = frame.f_back
+    if frame is None or frame.f_back is None or frame.f_back.f_code.co_name != caller:
+        return False
+    stat = Path(f"/proc/self/task/{main.native_id}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] == "S"
 
 
 def until(what: str, ok: object) -> None:
@@ -53,11 +74,15 @@ def test_a_cleanups_first_interrupt_lets_every_key_finish(interrupts: list[float
 
 def test_a_second_interrupt_abandons_the_cleanup(interrupts: list[float]) -> None:
     let_go = threading.Event()
+    h1_released = threading.Event()  # h1 is done before the interrupts, however late its thread ran
 
     def release(key: str) -> str:
+        if key == "h1":
+            h1_released.set()
         if key == "h2":
-            for n in (1, 2):
-                interrupt_main()
+            until("h1 released", h1_released.is_set)
+            for n, inside in ((1, "each"), (2, "_outwaited")):
+                interrupt_main(inside)
                 until(f"the main thread took interrupt {n}", lambda n=n: len(interrupts) >= n)  # type: ignore[misc]
             let_go.wait(30)
         return f"{key} released"

@@ -98,10 +98,22 @@ def test_bytes_unread_here_earn_more_windows_then_say_this_end_was_behind(
 
 
 def test_an_answer_read_late_within_the_extra_windows_keeps_the_connection(
-    pair: tuple[socket.socket, socket.socket],
+    pair: tuple[socket.socket, socket.socket], monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
+    extra = threading.Event()  # the first bound passed with bytes unread: the host got more windows
+    counted = ssh.unread
+
+    def unread_seen(sock: object) -> bool:
+        pending = counted(sock)
+        if pending:
+            extra.set()
+        return pending
+
+    monkeypatch.setattr(ssh, "unread", unread_seen)
     t, live = watched(pair, dataclasses.replace(OPTIONS, dead_after_s=2.0), unread_bytes=True)
-    time.sleep(0.05 + 2.0 * 1.5)  # past the first bound, inside the extra windows (8 s in all)
+    # Past the first bound (2 s), inside the extra windows (8 s in all: 6 s of them left), however
+    # late this thread is woken on a loaded machine.
+    assert extra.wait(60), "the first bound never passed with the host's bytes unread"
     t.answer.set()  # this end reads the answer at last
     time.sleep(2.0)
     live.stop()

@@ -58,7 +58,7 @@ def bench(sb: Sandbox, pb: Path, store: Path, *args: str) -> subprocess.Complete
     return fleet(sb, "bench", str(pb), *args, env={"FLEET_BENCH_DIR": str(store)})
 
 
-def wait_healthy(url: str, timeout: float = 60.0) -> None:
+def wait_healthy(url: str, timeout: float = 120.0) -> None:  # a hang bound: the router restarts
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:

@@ -31,6 +31,7 @@ from typing import Any, Iterator
 import pytest
 import yaml
 
+from launcher.observe.load import samples
 from launcher.sandbox.client import Sandbox
 from tests.rolling.conftest import fleet, free_port, http, ok, router_variant, wait_for
 
@@ -137,7 +138,7 @@ def test_prometheus_scrapes_every_target_fleet_wrote_with_its_labels(deployed: S
         found = prom.targets()
         return found if len(found) == 5 and all(t["health"] == "up" for t in found) else None
 
-    found = wait_for("prometheus: 5 targets of sb-obs up", all_up, 60)
+    found = wait_for("prometheus: 5 targets of sb-obs up", all_up, 120)
     addresses = {g["targets"][0]: g["labels"] for g in groups}
     for t in found:
         labels = addresses[t["labels"]["instance"]]
@@ -151,7 +152,7 @@ def test_prometheus_scrapes_every_target_fleet_wrote_with_its_labels(deployed: S
         "sglang:num_running_reqs of 4 engines",
         lambda: (r := prom.api("query", query=f'sglang:num_running_reqs{{deployment="{DEPLOYMENT}",role="single"}}')["result"])
         and len(r) == 4 and r,
-        30,
+        120,
     )  # fmt: skip
     assert {s["metric"]["host"] for s in series} == set(ENGINE_HOSTS)
 
@@ -166,16 +167,28 @@ def test_top_reports_running_requests_under_load_and_none_after(deployed: Setup)
     sb, tmp, targets, _ = deployed
     playbook = _playbook(tmp, 1, targets)
     router = f"http://{sb.host('h5').data_ip}:{PORTS['router']}"
-    # 1500 x 20 ms: 30 s each, so all 8 are still running when `fleet top --once` (two readings 1 s
+    # 2500 x 20 ms: 50 s each, so all 8 are still running when `fleet top --once` (two readings 1 s
     # apart, each over SSH) reads them, even when the machine is loaded (CI dry run 11: with 10 s
     # requests, a reading at load ~17 came after some had ended)
-    body = {"model": "qwen", "prompt": "hello fleet", "max_tokens": 1500}
+    body = {"model": "qwen", "prompt": "hello fleet", "max_tokens": 2500}
     results: list[int] = []
-    threads = [threading.Thread(target=lambda: results.append(http(router + "/v1/completions", body, timeout=120)[0]))
+    threads = [threading.Thread(target=lambda: results.append(http(router + "/v1/completions", body, timeout=240)[0]))
                for _ in range(8)]  # fmt: skip
     for t in threads:
         t.start()
-    time.sleep(1.0)  # the requests reach the engines
+    # `fleet top` reads once all 8 are running at the engines (read on each engine's own /metrics;
+    # a fixed 1 s for them to get through the router was a guess on a loaded machine).  A hang
+    # bound, not a speed check: fewer than 8 never running fails here.
+    engines_url = [f"http://{sb.host(h).data_ip}:{PORTS['http']}/metrics" for h in ENGINE_HOSTS]
+
+    def running_at_engines() -> float:
+        total = 0.0
+        for url in engines_url:
+            with urllib.request.urlopen(url, timeout=30) as r:
+                total += sum(v for _, v in samples(r.read().decode()).get("sglang:num_running_reqs", []))
+        return total
+
+    wait_for("8 requests running at the engines", lambda: running_at_engines() == 8, 40)
     busy = {r["unit"]: r for r in _top(sb, playbook)}
     for t in threads:
         t.join()
@@ -195,7 +208,7 @@ def test_top_reports_running_requests_under_load_and_none_after(deployed: Setup)
         readings.append([(r["unit"], r["running"], r["waiting"]) for r in rows])
         return all(r["running"] == 0 and r["waiting"] in (0, None) for r in rows)
 
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120  # a hang bound: each reading is a `fleet top` over SSH
     while not idle():
         assert time.monotonic() < deadline, readings
 
@@ -278,7 +291,7 @@ def test_rolling_up_moves_the_targets_to_the_new_generation_without_a_prometheus
         ok_ = len(found) == 5 and all(t["health"] == "up" for t in found)
         return found if ok_ and sorted(t["labels"]["generation"] for t in engines) == ["2"] * 4 else None
 
-    wait_for("prometheus: the engines' targets on generation 2, all up", followed, 60)
+    wait_for("prometheus: the engines' targets on generation 2, all up", followed, 120)
     # the dashboard's rollout annotation, evaluated over the rollout as Grafana does (a range
     # query), marks the new generation of every engine group
     _, annotation = _dashboard_exprs()
@@ -288,7 +301,7 @@ def test_rolling_up_moves_the_targets_to_the_new_generation_without_a_prometheus
         groups = {r["metric"]["group"] for r in found["result"] if r["metric"]["generation"] == "2"}
         return groups if groups >= {f"{DEPLOYMENT}/single{i}" for i in range(4)} else None
 
-    wait_for("the rollout annotation marking generation 2 of every engine group", marked, 30)
+    wait_for("the rollout annotation marking generation 2 of every engine group", marked, 120)
     assert prom.proc.poll() is None and prom.proc.pid == pid  # the same Prometheus, never restarted
 
 
@@ -296,4 +309,4 @@ def test_down_empties_the_deployments_targets(deployed: Setup) -> None:
     sb, tmp, targets, prom = deployed
     ok(fleet(sb, "down", _playbook(tmp, 2, targets), "--quiet"))
     assert [g for g in json.loads(targets.read_text()) if g["labels"]["deployment"] == DEPLOYMENT] == []
-    wait_for("prometheus: sb-obs targets gone", lambda: prom.targets() == [], 30)
+    wait_for("prometheus: sb-obs targets gone", lambda: prom.targets() == [], 120)

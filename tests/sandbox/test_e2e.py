@@ -41,7 +41,7 @@ def http(url: str, body: dict[str, Any] | None = None, timeout: float = 30.0) ->
         return 0, None
 
 
-def wait_for(what: str, check: Any, timeout: float = 60.0) -> Any:
+def wait_for(what: str, check: Any, timeout: float = 120.0) -> Any:  # a hang bound, not a speed check
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         got = check()
@@ -103,7 +103,11 @@ def test_two_node_pp_rendezvous_router_and_pd(e2e: Any) -> None:
     sb, routers = e2e
     h1, h3 = sb.host("h1"), sb.host("h3")
     common = f"--model-path /models/m --tp 8 --pp-size 2 --nnodes 2 --dist-init-addr {h1.data_ip}:20000"
-    r0 = sb.ssh("h1", sglang_run("pp-r0", {"GLOO_SOCKET_IFNAME": "veth0", "NCCL_SOCKET_IFNAME": "veth0"},
+    # Rank 0 waits for rank 1 while this test checks it is unhealthy and starts rank 1 over SSH
+    # (containers start slowly on a loaded machine): a rendezvous bound far beyond that, not the
+    # stand-in's 60 s default.  Neither rank is meant to time out.
+    patient = {"FLEET_STANDIN_DIST_TIMEOUT": "600"}
+    r0 = sb.ssh("h1", sglang_run("pp-r0", {"GLOO_SOCKET_IFNAME": "veth0", "NCCL_SOCKET_IFNAME": "veth0", **patient},
                                  f"{common} --node-rank 0 --host 0.0.0.0"))
     assert r0.rc == 0, r0.err
     # Rank 0 is up and waiting for its peer: it must not be healthy yet.
@@ -111,7 +115,7 @@ def test_two_node_pp_rendezvous_router_and_pd(e2e: Any) -> None:
         e["event"] == "rendezvous_join" for e in events(sb, "h1", "pp-r0")))
     assert http(f"http://{h1.data_ip}:30000/health")[0] == 503
     # h3's NIC is ens1f0: rank 1 there joins from that interface.
-    r1 = sb.ssh("h3", sglang_run("pp-r1", {"GLOO_SOCKET_IFNAME": "ens1f0"}, f"{common} --node-rank 1"))
+    r1 = sb.ssh("h3", sglang_run("pp-r1", {"GLOO_SOCKET_IFNAME": "ens1f0", **patient}, f"{common} --node-rank 1"))
     assert r1.rc == 0, r1.err
     wait_for("rank 0 healthy", lambda: http(f"http://{h1.data_ip}:30000/health")[0] == 200)
     done = [e for e in events(sb, "h1", "pp-r0") if e["event"] == "rendezvous_done"]

@@ -58,7 +58,7 @@ def test_every_rank_mounts_at_the_master_while_it_lives(procs: list[Proc]) -> No
         ("single", "0", "127.0.0.1", "800gb")
     ] * 2, rows
     engines[0].stop()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # a hang bound: the master sees the connection close
     while clients(metrics)[0] != 1 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert clients(metrics)[0] == 1, "a gone client is no longer recorded"

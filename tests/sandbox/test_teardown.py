@@ -44,7 +44,7 @@ def sleeps() -> Iterator[list[subprocess.Popen[bytes]]]:
 def _sleep(sleeps: list[subprocess.Popen[bytes]], *prefix: str) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen([*prefix, "sleep", "300"])
     sleeps.append(proc)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # a hang bound
     while psutil.Process(proc.pid).name() != "sleep" and time.monotonic() < deadline:
         time.sleep(0.02)  # until `unshare` exec'ed sleep: its namespace is then the sleep's
     return proc
@@ -108,7 +108,9 @@ def test_a_recorded_namespace_id_is_never_a_reason_to_kill(
 
 
 def _find(cmdline: list[str]) -> procs.ProcRef:
-    deadline = time.monotonic() + 20  # `docker run -d` may return before its process exec'ed
+    # `docker run -d` may return before its process exec'ed (a hang bound: a container's start
+    # on a loaded machine's sandbox host takes seconds)
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         for p in psutil.process_iter(["cmdline"]):
             if p.info["cmdline"] == cmdline:
@@ -149,7 +151,7 @@ def test_up_then_down_leaves_nothing_even_what_escaped_its_session(monkeypatch: 
         outsider = _find(["sleep", f"{marker}1"])
         assert outsider not in procs.descendants(h.sshd_init) and outsider not in procs.descendants(h.dockerd)
         faults.sshd_signal(h, "kill")
-        assert procs.wait_gone((h.sshd,), 10.0) == ()
+        assert procs.wait_gone((h.sshd,), 60.0) == ()  # SIGKILLed: a hang bound
         assert escaped in procs.descendants(h.sshd_init)
     finally:
         sb.close()

@@ -67,6 +67,11 @@ UNIT = {h: f"fleet-{DEP}-rank{i // 2}-r{i % 2}" for i, h in enumerate(HOSTS[:4])
 G0, G1, GR = f"{DEP}/rank0", f"{DEP}/rank1", f"{DEP}/router"
 CRASH_LIMIT = 2
 WAIT_S = 180.0  # safety bound for any one event
+# A survey that takes longer names its host unreachable: the default (30 s), not a quick bound, since
+# a healthy host's survey at CI's load (~99 on two cores) can take several seconds, and a spurious
+# unreachable/reachable pair fails the cases that assert what the watch reported; the hung host's
+# case pays it once (its next surveys fail at the reconnect's banner deadline).
+SURVEY_TIMEOUT_S = "30"
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +102,7 @@ class Watcher(Cli):
         """``crash_limit``: the recreations of the cases before count (they are on the hosts)."""
         self.hook = pb.parent / f"{name}.hook.jsonl"
         super().__init__(sb, sb.inventory, pb.parent, name, "watch", str(pb), "--interval", "1", "--json", "-q",
-                         "--backoff", "2", "--crash-limit", str(crash_limit), "--survey-timeout", "4",
+                         "--backoff", "2", "--crash-limit", str(crash_limit), "--survey-timeout", SURVEY_TIMEOUT_S,
                          "--on-event", f"cat >> {self.hook}", *extra)  # fmt: skip
 
     def events(self) -> list[dict[str, Any]]:
@@ -205,7 +210,7 @@ def test_a_killed_rank_is_recreated_with_its_group_and_no_request_after_it_left_
         want = {f'fleet_watch_recreations_total{{deployment="{DEP}",group="{G0}",outcome="recovered"}} 1.0',
                 f'fleet_watch_groups{{deployment="{DEP}",state="healthy"}} 3.0',  # the next survey's
                 f'fleet_watch_time_to_recover_seconds_count{{deployment="{DEP}"}} 1.0'}
-        until("the watch's metrics after the recovery", lambda: want <= set(scrape(port).splitlines()))
+        until("the watch's metrics after the recovery", lambda: want <= set(scrape(port).splitlines()), timeout=WAIT_S)
         (mine,) = [r for r in runs() if r["command"][1] == "watch"]
         assert (mine["deployment"], mine["exit_code"], mine["outcomes"]) == (DEP, 0, [
             {"host": "h1", "unit": G0, "outcome": "recreated"}, {"host": "h2", "unit": G0, "outcome": "recreated"}])
@@ -401,7 +406,7 @@ def test_a_dead_router_is_restarted_and_the_leaders_are_in_it_again(deployed: tu
         def hooked() -> list[str]:  # the hook runs after the log line is written
             return [e["kind"] for line in w.hook.read_text().splitlines() if (e := json.loads(line))["group"] == GR]
 
-        until("the --on-event hook's recovered", lambda: hooked() == ["recreating", "recovered"])
+        until("the --on-event hook's recovered", lambda: hooked() == ["recreating", "recovered"], timeout=WAIT_S)
         # The engine groups: untouched (registered again only if the restarted router lacked them).
         assert not [e for e in w.events() if e["group"] in (G0, G1) and e["kind"] != "registered"], w.stdout
         print(f"router: {recreating['message']!r}, recovered {recovered}; engine groups: "

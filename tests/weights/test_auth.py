@@ -10,6 +10,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -113,10 +114,10 @@ def test_a_push_with_keys_only_in_the_agent_logs_in(tmp_path: Path) -> None:
     try:
         sshd = factory.start("pushed")
         env = {**os.environ, "SSH_AUTH_SOCK": str(sock), "HOME": str(tmp_path)}  # no ~/.ssh/id_* to fall back on
-        for _ in range(200):  # the agent's socket appears once it listens
-            if sock.exists():
-                break
-            subprocess.run(["sleep", "0.05"], check=True)
+        deadline = time.monotonic() + 60  # a bound on a failure: the agent's start on a loaded machine
+        while not sock.exists():  # the agent's socket appears once it listens
+            assert agent.poll() is None and time.monotonic() < deadline, "ssh-agent did not listen"
+            time.sleep(0.05)
         subprocess.run(["ssh-add", str(factory.client_key)], env=env, check=True, capture_output=True, timeout=30)
         known = tmp_path / "known_hosts"
         known.write_text(f"{sshd.known_line}\n")
