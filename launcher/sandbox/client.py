@@ -11,6 +11,9 @@ from launcher.execute.sshlib import paramiko
 from launcher.sandbox.state import HostState, SandboxState
 
 CLOSE_TIMEOUT_S = 10.0  # per connection; then its socket is shut under it
+# The banner and login of a test's command connection: a sandbox sshd waits for CPU beside CI's
+# other tiers (load ~99 on two cores); a bound on a hang, the TCP connect keeps its own.
+SSH_HANDSHAKE_S = 60.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,27 +55,30 @@ class Sandbox:
     def docker_socket(self, name: str) -> str:
         return self.state.host(name).docker_socket
 
-    def connect(self, name: str, timeout: float = 10.0) -> paramiko.SSHClient:
-        """A new strict-host-key connection (not cached)."""
+    def connect(self, name: str, timeout: float = 10.0, handshake_s: float | None = None) -> paramiko.SSHClient:
+        """A new strict-host-key connection (not cached): ``timeout`` bounds the TCP connect, and
+        the banner, key exchange and authentication too unless ``handshake_s`` is given."""
         h = self.state.host(name)
         client = paramiko.SSHClient()
         client.load_host_keys(self.known_hosts)
         client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        handshake = timeout if handshake_s is None else handshake_s
         client.connect(
             h.address, port=h.port, username="root", key_filename=self.client_key,
-            look_for_keys=False, allow_agent=False, timeout=timeout, banner_timeout=timeout,
-            auth_timeout=timeout,
+            look_for_keys=False, allow_agent=False, timeout=timeout, banner_timeout=handshake,
+            auth_timeout=handshake,
         )  # fmt: skip
         return client
 
     def ssh(self, name: str, cmd: str, timeout: float = 60.0) -> Result:
-        """Runs ``cmd`` on host ``name`` over a cached connection; waits for its exit."""
+        """Runs ``cmd`` on host ``name`` over a cached connection (a new one gets
+        ``SSH_HANDSHAKE_S`` for its banner and login); waits for its exit."""
         with self._lock:
             client = self._clients.get(name)
             transport = client.get_transport() if client else None
             fresh = client is None or transport is None or not transport.is_active()
             if fresh:
-                client = self._clients[name] = self.connect(name)
+                client = self._clients[name] = self.connect(name, handshake_s=SSH_HANDSHAKE_S)
         assert client is not None
         try:
             _, stdout, stderr = client.exec_command(cmd, timeout=timeout)
@@ -82,7 +88,7 @@ class Sandbox:
             # A cached connection idle for minutes can look active yet no longer open channels
             # (a CI run: 'Timeout opening channel' after a 12-min rollout): one new connection.
             with self._lock:
-                client = self._clients[name] = self.connect(name)
+                client = self._clients[name] = self.connect(name, handshake_s=SSH_HANDSHAKE_S)
             _, stdout, stderr = client.exec_command(cmd, timeout=timeout)
         out = stdout.read().decode(errors="replace")
         err = stderr.read().decode(errors="replace")
