@@ -287,6 +287,7 @@ class _Rollout:
             verdicts = self._swap_back(groups, surveys)
         failed = [g for g in groups if not verdicts[g.name].healthy]
         restored = self._revert(failed, surveys, self._survey(failed)) if failed and self.action == "restart" else {}
+        stephook.reached("register", self._hosts([g for g in groups if verdicts[g.name].healthy]))
         ok = True
         for g in groups:
             v = verdicts[g.name]

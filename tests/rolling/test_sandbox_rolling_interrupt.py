@@ -10,7 +10,9 @@ rolls the next generation label):
 
 a.  batch 2 drained out of the router, before anything stopped (its ``draining`` line);
 b.  batch 2's new generation starting (its ``starting`` line: start or health gate);
-b2. batch 1's new generation healthy, before it is back in the router;
+b2. batch 1's new generation healthy, before it is back in the router: ``FLEET_STEP_HOOK`` holds
+    the rollout at batch 1's ``register`` step (its ``healthy`` line read at the right moment
+    raced the registration at CI's load);
 c.  between batches (batch 1 back in the router; batch 2 untouched): ``FLEET_STEP_HOOK`` holds the
     rollout at batch 2's ``batch`` step (a progress line read at the right moment raced batch 2's
     first steps on a loaded machine);
@@ -188,22 +190,32 @@ def test_ctrl_c_while_the_new_generation_starts_restores_the_previous(deployed: 
     _converges(deployed, args, 3)
 
 
-def test_ctrl_c_after_the_new_generation_is_healthy_keeps_it(deployed: Setup) -> None:
+def test_ctrl_c_after_the_new_generation_is_healthy_keeps_it(deployed: Setup, monkeypatch: pytest.MonkeyPatch) -> None:
     sb, tmp, _ = deployed
     args = _args(tmp, 4)
-    cli, _ = _interrupted(deployed, "b2", args, _unit_line("h1", "healthy"))
+    hold = tmp / "hold-b2"
+    hold.mkdir()
+    (hold / "hook.sh").write_text(_holding("register", "h1 h2"))
+    with monkeypatch.context() as env:  # this run's environment only
+        env.setenv("FLEET_STEP_HOOK", f"sh {hold / 'hook.sh'}")
+        env.setenv("HOLD_DIR", str(hold))
+        try:
+            cli, _ = _interrupted(deployed, "b2", args, r"^hook: holding register h1 h2$")
+        finally:
+            (hold / "go").touch()
+    assert re.search(_unit_line("h1", "healthy"), cli.seen_at_interrupt, re.M), cli.seen_at_interrupt
     assert not re.search(_group_line("h1", "back in router"), cli.seen_at_interrupt, re.M), "h1 was back already"
     assert "back to generation" not in cli.stderr, cli.stderr
     _serving(deployed, {"h1": 4, "h2": 4, "h3": 3, "h4": 3}, cli)
     _converges(deployed, args, 4)
 
 
-# Holds fleet at the start of the batch that holds h3 (batch 2), saying so on fleet's stderr.
-HOLD_BATCH = """[ "$FLEET_STEP" = batch ] || exit 0
-case " $FLEET_STEP_HOSTS " in *" h3 "*) ;; *) exit 0 ;; esac
-echo "hook: holding batch $FLEET_STEP_HOSTS"
-while [ ! -e "$HOLD_DIR/go" ]; do sleep 0.1; done
-"""
+def _holding(step: str, hosts: str) -> str:
+    """A step hook holding fleet at ``step`` on exactly ``hosts`` until $HOLD_DIR/go exists,
+    saying so on fleet's stderr."""
+    return (f'[ "$FLEET_STEP" = {step} ] && [ "$FLEET_STEP_HOSTS" = "{hosts}" ] || exit 0\n'
+            f'echo "hook: holding {step} $FLEET_STEP_HOSTS"\n'
+            'while [ ! -e "$HOLD_DIR/go" ]; do sleep 0.1; done\n')  # fmt: skip
 
 
 def test_ctrl_c_between_batches_leaves_every_replica_serving(deployed: Setup, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -211,7 +223,7 @@ def test_ctrl_c_between_batches_leaves_every_replica_serving(deployed: Setup, mo
     args = _args(tmp, 5)
     hold = tmp / "hold-c"
     hold.mkdir()
-    (hold / "hook.sh").write_text(HOLD_BATCH)
+    (hold / "hook.sh").write_text(_holding("batch", "h3 h4"))  # batch 2, before anything of it is touched
     with monkeypatch.context() as env:  # this run's environment only
         env.setenv("FLEET_STEP_HOOK", f"sh {hold / 'hook.sh'}")
         env.setenv("HOLD_DIR", str(hold))
