@@ -193,16 +193,7 @@ def test_ctrl_c_while_the_new_generation_starts_restores_the_previous(deployed: 
 def test_ctrl_c_after_the_new_generation_is_healthy_keeps_it(deployed: Setup, monkeypatch: pytest.MonkeyPatch) -> None:
     sb, tmp, _ = deployed
     args = _args(tmp, 4)
-    hold = tmp / "hold-b2"
-    hold.mkdir()
-    (hold / "hook.sh").write_text(_holding("register", "h1 h2"))
-    with monkeypatch.context() as env:  # this run's environment only
-        env.setenv("FLEET_STEP_HOOK", f"sh {hold / 'hook.sh'}")
-        env.setenv("HOLD_DIR", str(hold))
-        try:
-            cli, _ = _interrupted(deployed, "b2", args, r"^hook: holding register h1 h2$")
-        finally:
-            (hold / "go").touch()
+    cli = _interrupted_while_held(deployed, "b2", args, "register", "h1 h2", monkeypatch)
     assert re.search(_unit_line("h1", "healthy"), cli.seen_at_interrupt, re.M), cli.seen_at_interrupt
     assert not re.search(_group_line("h1", "back in router"), cli.seen_at_interrupt, re.M), "h1 was back already"
     assert "back to generation" not in cli.stderr, cli.stderr
@@ -210,27 +201,32 @@ def test_ctrl_c_after_the_new_generation_is_healthy_keeps_it(deployed: Setup, mo
     _converges(deployed, args, 4)
 
 
-def _holding(step: str, hosts: str) -> str:
-    """A step hook holding fleet at ``step`` on exactly ``hosts`` until $HOLD_DIR/go exists,
-    saying so on fleet's stderr."""
-    return (f'[ "$FLEET_STEP" = {step} ] && [ "$FLEET_STEP_HOSTS" = "{hosts}" ] || exit 0\n'
-            f'echo "hook: holding {step} $FLEET_STEP_HOSTS"\n'
-            'while [ ! -e "$HOLD_DIR/go" ]; do sleep 0.1; done\n')  # fmt: skip
+def _interrupted_while_held(setup: Setup, name: str, args: tuple[str, ...], step: str, hosts: str,
+                            monkeypatch: pytest.MonkeyPatch) -> Cli:  # fmt: skip
+    """:func:`_interrupted`, the Ctrl-C sent while a step hook holds fleet at ``step`` on exactly
+    ``hosts`` (saying so on fleet's stderr); the hook lets go once the run ended."""
+    hold = setup[1] / f"hold-{name}"
+    hold.mkdir()
+    (hold / "hook.sh").write_text(
+        f'[ "$FLEET_STEP" = {step} ] && [ "$FLEET_STEP_HOSTS" = "{hosts}" ] || exit 0\n'
+        f'echo "hook: holding {step} $FLEET_STEP_HOSTS"\n'
+        'while [ ! -e "$HOLD_DIR/go" ]; do sleep 0.1; done\n'
+    )
+    with monkeypatch.context() as env:  # this run's environment only
+        env.setenv("FLEET_STEP_HOOK", f"sh {hold / 'hook.sh'}")
+        env.setenv("HOLD_DIR", str(hold))
+        try:
+            cli, _ = _interrupted(setup, name, args, f"^hook: holding {step} {hosts}$")
+        finally:
+            (hold / "go").touch()
+    return cli
 
 
 def test_ctrl_c_between_batches_leaves_every_replica_serving(deployed: Setup, monkeypatch: pytest.MonkeyPatch) -> None:
     sb, tmp, _ = deployed
     args = _args(tmp, 5)
-    hold = tmp / "hold-c"
-    hold.mkdir()
-    (hold / "hook.sh").write_text(_holding("batch", "h3 h4"))  # batch 2, before anything of it is touched
-    with monkeypatch.context() as env:  # this run's environment only
-        env.setenv("FLEET_STEP_HOOK", f"sh {hold / 'hook.sh'}")
-        env.setenv("HOLD_DIR", str(hold))
-        try:
-            cli, _ = _interrupted(deployed, "c", args, r"^hook: holding batch h3 h4$")
-        finally:
-            (hold / "go").touch()
+    # batch 2, before anything of it is touched
+    cli = _interrupted_while_held(deployed, "c", args, "batch", "h3 h4", monkeypatch)
     assert re.search(_group_line("h2", "back in router"), cli.seen_at_interrupt, re.M), cli.seen_at_interrupt
     assert not re.search(_unit_line("h3", "stopping"), cli.stderr, re.M), "batch 2 was stopped"
     _serving(deployed, {"h1": 5, "h2": 5, "h3": 4, "h4": 4}, cli)
